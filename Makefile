@@ -1,0 +1,39 @@
+# Two commands are the whole quick start: `make demo` and `make test`.
+# Each creates .venv at the repository root and installs everything it needs.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXTRAS := torch,jax,peers,docs,dev
+
+.PHONY: demo test venv schemas conformance-regenerate bench bench-quick fuzz docs clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m opencheckpoint.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+schemas: $(STAMP)
+	$(VENV)/bin/opencheckpoint schema export schemas/v1
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py --size-gib 1
+
+bench-quick: $(STAMP)
+	$(PY) benchmarks/run.py --size-gib 0.25 --quick
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) site build *.egg-info reference_impl/*.egg-info

@@ -1,0 +1,69 @@
+"""OpenCheckpoint: an open, versioned, framework-neutral file format for ML and RL training state.
+
+The package imports neither torch nor JAX; their adapters load when an
+object of that framework is saved or a component is read with
+``framework="torch"`` / ``"jax"``.
+
+>>> import opencheckpoint, sys
+>>> "torch" in sys.modules or "jax" in sys.modules
+False
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .checkpoint import Checkpoint, LoadResult
+from .errors import (
+    ArchiveError,
+    ArrayLayoutError,
+    CheckpointError,
+    ExtraFile,
+    IncompatibleComponent,
+    IntegrityError,
+    LimitExceeded,
+    ManifestError,
+    MissingFile,
+    NotACheckpoint,
+    TreeError,
+    UnknownComponentKind,
+    UnknownDtype,
+    UnsafePath,
+    UnsupportedExtension,
+    UnsupportedValue,
+    UnsupportedVersion,
+)
+from .reader import CheckpointReader, LazyArray, open_checkpoint, read_component
+from .tree.nodes import NamedTupleValue, PRNGKeyValue
+from .validate import ValidationReport, validate
+
+__all__ = [
+    "ArchiveError",
+    "ArrayLayoutError",
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointReader",
+    "ExtraFile",
+    "IncompatibleComponent",
+    "IntegrityError",
+    "LazyArray",
+    "LimitExceeded",
+    "LoadResult",
+    "ManifestError",
+    "MissingFile",
+    "NamedTupleValue",
+    "NotACheckpoint",
+    "PRNGKeyValue",
+    "TreeError",
+    "UnknownComponentKind",
+    "UnknownDtype",
+    "UnsafePath",
+    "UnsupportedExtension",
+    "UnsupportedValue",
+    "UnsupportedVersion",
+    "ValidationReport",
+    "__version__",
+    "open_checkpoint",
+    "read_component",
+    "validate",
+]

@@ -1,0 +1,91 @@
+"""Framework hooks of the tree codec, loaded lazily by module name.
+
+Writing: :func:`convert_leaf` hands objects the core does not know (torch
+tensors, JAX arrays, typed keys, framework containers) to the adapter
+module of their framework, chosen by the object's top-level module name.
+
+Reading: :func:`get_framework` returns the object that turns validated
+NumPy views into that framework's arrays. A missing framework raises with
+the install hint.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from ..errors import CheckpointError
+from ..tree.encode import NOT_HANDLED
+from ..tree.nodes import PRNGKeyValue
+
+#: top-level module of an object's type -> adapter module that converts it.
+_LEAF_MODULES = {
+    "torch": "opencheckpoint.adapters.torch",
+    "jax": "opencheckpoint.adapters.jax",
+    "jaxlib": "opencheckpoint.adapters.jax",
+    "flax": "opencheckpoint.adapters.jax",
+    "optax": "opencheckpoint.adapters.jax",
+}
+_FRAMEWORK_MODULES = {
+    "torch": ("opencheckpoint.adapters.torch", "pip install 'opencheckpoint[torch]'"),
+    "jax": ("opencheckpoint.adapters.jax", "pip install 'opencheckpoint[jax]'"),
+}
+
+
+class Framework(Protocol):
+    """Turns stored leaves into one framework's objects."""
+
+    name: str
+
+    def array(self, data: np.ndarray, *, map_location: Any = None) -> Any: ...
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> Any: ...
+
+    def dtype(self, name: str) -> Any: ...
+
+
+class NumpyFramework:
+    """NumPy arrays (ml_dtypes for bfloat16/float8), :class:`PRNGKeyValue` for keys."""
+
+    name = "numpy"
+
+    def array(self, data: np.ndarray, *, map_location: Any = None) -> Any:
+        return data
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> Any:
+        return PRNGKeyValue(impl, data)
+
+    def dtype(self, name: str) -> Any:
+        return numpy_dtype(name).newbyteorder("=")
+
+
+NUMPY = NumpyFramework()
+
+
+def convert_leaf(value: Any) -> Any:
+    """Replacement value for a framework object, or ``NOT_HANDLED``."""
+    root = type(value).__module__.split(".", 1)[0]
+    module_name = _LEAF_MODULES.get(root)
+    if module_name is None:
+        return NOT_HANDLED
+    module = importlib.import_module(module_name)
+    return module.to_tree_value(value)
+
+
+def get_framework(name: str) -> Framework:
+    """The framework named ``numpy``, ``torch`` or ``jax``."""
+    if name == "numpy":
+        return NUMPY
+    entry = _FRAMEWORK_MODULES.get(name)
+    if entry is None:
+        raise ValueError(f"framework must be 'numpy', 'torch' or 'jax', got {name!r}")
+    module_name, hint = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CheckpointError(f"framework {name!r} is not installed ({exc}); {hint}") from None
+    framework: Framework = module.FRAMEWORK
+    return framework

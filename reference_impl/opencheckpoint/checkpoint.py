@@ -1,0 +1,386 @@
+"""The :class:`Checkpoint` coordinator: named components saved atomically, restored selectively.
+
+>>> import numpy as np, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "step-10")
+>>> weights = {"w": np.ones(3, dtype=np.float32)}
+>>> ckpt = Checkpoint(weights=weights, config={"lr": 0.001})
+>>> _ = ckpt.save(path, metadata={"step": 10})
+>>> weights["w"][:] = 0
+>>> result = ckpt.load(path)
+>>> sorted(result.loaded), weights["w"].tolist()
+(['config', 'weights'], [1.0, 1.0, 1.0])
+>>> Checkpoint(archive=np.zeros(2), format="archive").save(path + ".ocp").is_file()
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+import warnings
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from .adapters.base import Adapter, ComponentReader, ComponentWriter, resolve_adapter
+from .container.archive import ArchiveWriter
+from .container.publish import (
+    clean_stale,
+    fault_point,
+    fsync_directory,
+    fsync_tree_directories,
+    publish,
+    remove_tree,
+    staging_path,
+)
+from .errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from .manifest import KIND_VERSIONS, MANIFEST_NAME, serialize_manifest
+from .models import FORMAT_NAME, FORMAT_VERSION
+from .paths import check_segment
+from .reader import CheckpointReader
+from .strict_json import parse_ijson
+
+logger = logging.getLogger("opencheckpoint")
+
+CheckpointFormat = Literal["directory", "archive"]
+Strictness = Literal["error", "warn", "ignore"]
+_STRICTNESS = ("error", "warn", "ignore")
+_FORMATS = ("directory", "archive")
+
+
+@dataclass
+class LoadResult:
+    """What :meth:`Checkpoint.load` did.
+
+    Attributes:
+        loaded: components restored.
+        missing: requested components the checkpoint does not have.
+        incompatible: components that could not be restored -> reason.
+        unrequested: components in the checkpoint that were not requested.
+        values: the loaded value of each restored component.
+        manifest: the checkpoint's manifest (plain JSON).
+        versions: producer environment vs this runtime: name -> {checkpoint, runtime, matches}.
+        version_skew: True when any recorded version differs from the runtime's.
+    """
+
+    loaded: set[str] = field(default_factory=set)
+    missing: set[str] = field(default_factory=set)
+    incompatible: dict[str, str] = field(default_factory=dict)
+    unrequested: set[str] = field(default_factory=set)
+    values: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    version_skew: bool = False
+
+
+def runtime_environment() -> dict[str, str]:
+    """Versions of the runtime, without importing any framework that is not already loaded."""
+    import numpy
+
+    from . import __version__
+
+    env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": __version__}
+    for name in ("torch", "jax", "flax", "optax"):
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None)
+        if isinstance(version, str):
+            env[name] = version
+    return env
+
+
+def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
+    runtime = runtime_environment()
+    table = {
+        name: {"checkpoint": value, "runtime": runtime[name], "matches": value == runtime[name]}
+        for name, value in (recorded or {}).items()
+        if name in runtime and name != "opencheckpoint"
+    }
+    return table, any(not row["matches"] for row in table.values())
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Checkpoint:
+    """Named components of a training run, saved together and restored selectively.
+
+    Args:
+        format: ``"directory"`` (default) or ``"archive"`` (one ZIP file).
+        strict: what :meth:`load` does about missing or incompatible components:
+            ``"error"`` raises, ``"warn"`` warns and loads the rest, ``"ignore"`` loads the rest.
+        save_components: default selection for :meth:`save` (e.g. to skip a replay buffer).
+        sha256: also record SHA-256 of every file (content addressing; slower).
+        durable: fsync files and directories before publishing (default True).
+        **components: name -> live object or value.
+    """
+
+    def __init__(
+        self,
+        *,
+        format: CheckpointFormat = "directory",
+        strict: Strictness = "error",
+        save_components: Collection[str] | None = None,
+        sha256: bool = False,
+        durable: bool = True,
+        **components: Any,
+    ) -> None:
+        if format not in _FORMATS:
+            raise ValueError(f"format must be one of {_FORMATS}, got {format!r}")
+        if strict not in _STRICTNESS:
+            raise ValueError(f"strict must be one of {_STRICTNESS}, got {strict!r}")
+        self.format: CheckpointFormat = format
+        self.strict: Strictness = strict
+        self.save_components = None if save_components is None else frozenset(save_components)
+        self.sha256 = sha256
+        self.durable = durable
+        self._components: dict[str, tuple[Any, Adapter | None]] = {}
+        self._adapters: list[tuple[type, Adapter]] = []
+        for name, value in components.items():
+            self.register(name, value)
+
+    # -- registration --------------------------------------------------------------
+    def register(self, name: str, value: Any, adapter: Adapter | None = None) -> Checkpoint:
+        """Add a component; ``adapter`` overrides the automatic choice. Returns ``self``."""
+        check_segment(name)
+        if name in self._components:
+            raise KeyError(f"component {name!r} is already registered")
+        if adapter is not None and not isinstance(adapter, Adapter):
+            raise TypeError("adapter must be an opencheckpoint.adapters.Adapter")
+        self._components[name] = (value, adapter)
+        return self
+
+    def register_adapter(self, component_type: type, adapter: Adapter) -> Checkpoint:
+        """Use ``adapter`` for values of ``component_type`` in this checkpoint only."""
+        self._adapters.insert(0, (component_type, adapter))
+        return self
+
+    @property
+    def components(self) -> dict[str, Any]:
+        return {name: value for name, (value, _) in self._components.items()}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._components
+
+    def _adapter(self, name: str) -> Adapter:
+        value, adapter = self._components[name]
+        return adapter or resolve_adapter(value, self._adapters)
+
+    def _selection(self, names: Collection[str] | None) -> list[str]:
+        if names is None:
+            return list(self._components)
+        unknown = set(names) - set(self._components)
+        if unknown:
+            raise KeyError(f"not registered: {sorted(unknown)}")
+        return [n for n in self._components if n in set(names)]
+
+    # -- saving ----------------------------------------------------------------------
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        components: Collection[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        format: CheckpointFormat | None = None,
+        checkpoint_id: str | None = None,
+        created_at: str | None = None,
+    ) -> Path:
+        """Write the selected components atomically to ``path`` and return it.
+
+        The previous checkpoint at ``path`` (if any) stays intact and readable
+        until the new one is complete and durable.
+        """
+        target = Path(path).absolute()
+        output = format or self.format
+        if output not in _FORMATS:
+            raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        names = self._selection(self.save_components if components is None else components)
+        user_metadata = dict(metadata or {})
+        try:
+            parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
+        except CheckpointError as exc:
+            raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(target)
+        staging = staging_path(target)
+        archive_file: Path | None = None
+        try:
+            fault_point("mkdir-staging")
+            staging.mkdir()
+            records = {name: self._save_component(name, staging) for name in names}
+            body = {
+                "format": FORMAT_NAME,
+                "format_version": FORMAT_VERSION,
+                "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
+                "created_at": created_at or utc_timestamp(),
+                "producer": {"name": "opencheckpoint-python", "version": _version(),
+                             "environment": runtime_environment()},
+                "metadata": user_metadata,
+                "extensions": {},
+                "components": records,
+            }
+            fault_point("write-manifest")
+            manifest_bytes = serialize_manifest(body)
+            with open(staging / MANIFEST_NAME, "wb") as handle:
+                handle.write(manifest_bytes)
+                if self.durable:
+                    fault_point("fsync-manifest")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            if self.durable:
+                fsync_tree_directories(staging)
+            if output == "directory":
+                publish(staging, target, durable=self.durable)
+                staging = None  # type: ignore[assignment]
+            else:
+                archive_file = staging_path(target)
+                self._pack_archive(staging, archive_file, list(records.items()))
+                publish(archive_file, target, durable=self.durable)
+                archive_file = None
+        finally:
+            if staging is not None:
+                remove_tree(staging)
+            if archive_file is not None:
+                remove_tree(archive_file)
+        return target
+
+    def _save_component(self, name: str, staging: Path) -> dict[str, Any]:
+        value, _ = self._components[name]
+        adapter = self._adapter(name)
+        writer = ComponentWriter(staging / "components" / name, durable=self.durable, sha256=self.sha256)
+        fault_point(f"write-component:{name}")
+        try:
+            adapter.save(value, writer)
+        except CheckpointError as exc:
+            raise exc.at(field=f"components.{name}") from None
+        record: dict[str, Any] = {
+            "kind": adapter.kind,
+            "kind_version": adapter.kind_version,
+            "path": f"components/{name}",
+            "files": writer.files,
+        }
+        if writer.hints:
+            record["hints"] = writer.hints
+        if writer.metadata is not None:
+            record["metadata"] = writer.metadata
+        return record
+
+    def _pack_archive(self, staging: Path, archive_file: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
+        fault_point("write-archive")
+        with open(archive_file, "wb") as stream:
+            writer = ArchiveWriter(stream)
+            for _, record in records:
+                for rel, entry in record["files"].items():
+                    member = f"{record['path']}/{rel}"
+                    with open(staging / member, "rb") as source:
+                        writer.add(member, source, entry["size"])
+            with open(staging / MANIFEST_NAME, "rb") as source:
+                writer.add(MANIFEST_NAME, source, (staging / MANIFEST_NAME).stat().st_size)
+            writer.close()
+            if self.durable:
+                fault_point("fsync-archive")
+                stream.flush()
+                os.fsync(stream.fileno())
+        if self.durable:
+            fsync_directory(archive_file.parent)
+
+    # -- loading -------------------------------------------------------------------------
+    def load(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        components: Collection[str] | None = None,
+        strict: Strictness | None = None,
+        map_location: Any = None,
+        verify: bool = True,
+    ) -> LoadResult:
+        """Restore the selected registered components from ``path``.
+
+        Format-level problems (corruption, unsafe paths, unsupported versions)
+        always raise. ``strict`` governs only missing and incompatible
+        components: ``"error"`` raises :class:`IncompatibleComponent` before
+        anything is restored, ``"warn"`` and ``"ignore"`` restore the rest.
+        """
+        mode = strict or self.strict
+        if mode not in _STRICTNESS:
+            raise ValueError(f"strict must be one of {_STRICTNESS}, got {mode!r}")
+        requested = self._selection(components)
+        with CheckpointReader(path) as reader:
+            stored = reader.components
+            versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
+            result = LoadResult(
+                missing={n for n in requested if n not in stored},
+                unrequested=set(stored) - set(requested),
+                manifest=reader.manifest,
+                versions=versions,
+                version_skew=skew,
+            )
+            if skew:
+                logger.warning("checkpoint %s was written with other versions: %s", path,
+                               {k: v for k, v in versions.items() if not v["matches"]})
+            plan: list[tuple[str, Adapter]] = []
+            for name in requested:
+                if name not in stored:
+                    continue
+                adapter = self._adapter(name)
+                record = stored[name]
+                if record.kind != adapter.kind:
+                    result.incompatible[name] = (f"stored as a {record.kind!r} component; its adapter reads "
+                                                 f"{adapter.kind!r}")
+                elif record.kind in KIND_VERSIONS and record.kind_version > adapter.kind_version:
+                    result.incompatible[name] = (f"{record.kind} kind_version {record.kind_version} is newer "
+                                                 f"than supported ({adapter.kind_version})")
+                else:
+                    plan.append((name, adapter))
+            self._report(result, mode, path)
+            plan.sort(key=lambda item: item[1].restore_last)
+            for name, adapter in plan:
+                value, _ = self._components[name]
+                component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify)
+                try:
+                    loaded = adapter.load(value, component_reader, strict=mode)
+                except IncompatibleComponent as exc:
+                    result.incompatible[name] = exc.message
+                    if mode == "error":
+                        exc.result = result
+                        raise exc.at(file=str(path), field=f"components.{name}")
+                    self._report_one(name, exc.message, mode)
+                    continue
+                result.loaded.add(name)
+                if loaded is not None:
+                    result.values[name] = loaded
+        return result
+
+    @staticmethod
+    def _report_one(name: str, reason: str, mode: str) -> None:
+        if mode == "warn":
+            warnings.warn(f"checkpoint component {name!r} not restored: {reason}", stacklevel=3)
+
+    def _report(self, result: LoadResult, mode: str, path: Any) -> None:
+        problems = [f"{n}: missing from the checkpoint" for n in sorted(result.missing)]
+        problems += [f"{n}: {reason}" for n, reason in sorted(result.incompatible.items())]
+        if not problems:
+            return
+        if mode == "error":
+            raise IncompatibleComponent("; ".join(problems), file=str(path), result=result)
+        if mode == "warn":
+            warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
+
+
+def _json_bytes(value: Any) -> bytes:
+    import json
+
+    try:
+        return json.dumps(value, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise UnsupportedValue(f"metadata must be JSON: {exc}", field="metadata") from None
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__

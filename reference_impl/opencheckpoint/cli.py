@@ -1,0 +1,177 @@
+"""The ``opencheckpoint`` command line.
+
+Exit codes (every command): 0 success; 1 the checkpoint is invalid or cannot
+be read (a :class:`CheckpointError`); 2 usage error (bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import CheckpointError
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+_EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error"
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from .validate import validate
+
+    console = Console(stderr=True)
+    if args.json or not console.is_terminal:
+        report = validate(args.path)
+    else:
+        with Progress("validating", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console,
+                      transient=True) as bar:
+            task = bar.add_task("validate", total=None)
+            report = validate(args.path, progress=lambda done: bar.update(task, completed=done))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        out = Console(highlight=False)
+        if report.ok:
+            out.print(f"[green]valid[/green]: {args.path} ({report.checked_files} files, "
+                      f"{report.checked_arrays} arrays, {_human(report.checked_bytes)} verified)")
+        else:
+            out.print(f"[red]invalid[/red]: {args.path}: {len(report.errors)} error(s)")
+            for issue in report.errors:
+                out.print(f"  {issue.error}: file={issue.file or '-'} field={issue.field or '-'} "
+                          f"section={issue.section or '-'}: {issue.message}", markup=False)
+    return EXIT_OK if report.ok else EXIT_INVALID
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect import describe
+
+    summary = describe(args.path)
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    out = Console(highlight=False)
+    out.print(f"[bold]{summary['path']}[/bold] ({summary['form']}, format v{summary['format_version']})")
+    out.print(f"id {summary['checkpoint_id']}, created {summary['created_at']}, by "
+              f"{summary['producer']['name']} {summary['producer']['version']}")
+    if summary["metadata"]:
+        out.print("metadata: " + json.dumps(summary["metadata"], ensure_ascii=False), markup=False)
+    for name, ext in summary["extensions"].items():
+        out.print(f"extension {name} v{ext['version']} must_understand={ext['must_understand']}")
+    table = Table("component", "kind", "size", "arrays", "class")
+    for name, entry in summary["components"].items():
+        arrays = entry.get("arrays")
+        table.add_row(name, f"{entry['kind']} v{entry['kind_version']}", _human(entry["bytes"]),
+                      "-" if arrays is None else str(len(arrays)), entry.get("hints", {}).get("class", ""))
+    out.print(table)
+    for name, entry in summary["components"].items():
+        arrays = entry.get("arrays") or []
+        if not arrays:
+            continue
+        detail = Table("array", "dtype", "shape", "bytes", title=name, title_justify="left")
+        for row in arrays[: args.max_arrays]:
+            detail.add_row(row["path"], row["dtype"], str(row["shape"]), _human(row["nbytes"]))
+        if len(arrays) > args.max_arrays:
+            detail.add_row(f"... {len(arrays) - args.max_arrays} more", "", "", "")
+        out.print(detail)
+    return EXIT_OK
+
+
+def cmd_schema_export(args: argparse.Namespace) -> int:
+    from .schema_export import export_schemas
+
+    for path in export_schemas(args.directory):
+        print(path)
+    return EXIT_OK
+
+
+def cmd_migrations(args: argparse.Namespace) -> int:
+    from .migrations import DEFAULT_CHAIN
+
+    print(DEFAULT_CHAIN.declaration().model_dump_json(indent=2))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opencheckpoint", description="Inspect, validate and test OpenCheckpoint checkpoints.",
+        epilog=_EPILOG)
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check every byte and rule of a checkpoint",
+                                   description="Check every rule of the spec against every byte; list each "
+                                   "error with file, field and spec requirement.", epilog=_EPILOG)
+    validate.add_argument("path", help="checkpoint directory or archive")
+    validate.add_argument("--json", action="store_true", help="print the report as JSON")
+    validate.set_defaults(run=cmd_validate)
+
+    inspect = commands.add_parser("inspect", help="show components, dtypes, shapes, sizes and metadata",
+                                  description="Describe a checkpoint from its metadata alone; no array "
+                                  "byte is read.", epilog=_EPILOG)
+    inspect.add_argument("path", help="checkpoint directory or archive")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    inspect.add_argument("--max-arrays", type=int, default=50, help="arrays listed per component (default 50)")
+    inspect.set_defaults(run=cmd_inspect)
+
+    schema = commands.add_parser("schema", help="JSON Schemas of the format's documents", epilog=_EPILOG)
+    schema_commands = schema.add_subparsers(dest="schema_command", required=True, metavar="SUBCOMMAND")
+    export = schema_commands.add_parser("export", help="write every schema into DIR", epilog=_EPILOG)
+    export.add_argument("directory", metavar="DIR")
+    export.set_defaults(run=cmd_schema_export)
+
+    migrations = commands.add_parser("migrations", help="print the migration chain declaration (JSON)",
+                                     epilog=_EPILOG)
+    migrations.set_defaults(run=cmd_migrations)
+
+    _add_optional_commands(commands)
+    return parser
+
+
+def _add_optional_commands(commands: Any) -> None:
+    """Commands provided by other modules of the package (conformance)."""
+    try:
+        from .conformance.cli import add_commands
+    except ImportError:
+        return
+    add_commands(commands)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"opencheckpoint {__version__} (format version 1)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Atomic, durable publication (spec "Atomic publication").
+
+A save writes into a hidden staging directory in the target's parent, fsyncs
+every file and directory, and only then makes it visible under the target
+name. Replacing an existing checkpoint uses ``renameat2(RENAME_EXCHANGE)``
+where the kernel and filesystem have it, so the name always resolves to a
+complete checkpoint; elsewhere the old one is first renamed to
+``.NAME.oc-old-*``, which readers consult while the name is missing.
+
+Every filesystem step calls :func:`fault_point`, so tests can inject a
+failure between any two operations and check that the previous checkpoint
+survives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+#: Test hook: called with an operation name before each filesystem step.
+FAULT_HOOK: Callable[[str], None] | None = None
+
+_STAGING_MARK = ".oc-staging-"
+_OLD_MARK = ".oc-old-"
+
+
+def fault_point(operation: str) -> None:
+    """Give an injected fault the chance to fire before ``operation``."""
+    if FAULT_HOOK is not None:
+        FAULT_HOOK(operation)
+
+
+def staging_path(target: Path) -> Path:
+    """A fresh hidden sibling name for the new checkpoint: ``.NAME.oc-staging-PID-RANDOM``."""
+    return target.parent / f".{target.name}{_STAGING_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(target: Path) -> list[Path]:
+    """Remove staging debris of earlier, dead writers of ``target`` and leftover old copies."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(target.parent)
+    except FileNotFoundError:
+        return removed
+    staging_prefix = f".{target.name}{_STAGING_MARK}"
+    old_prefix = f".{target.name}{_OLD_MARK}"
+    for name in names:
+        path = target.parent / name
+        if name.startswith(staging_prefix):
+            pid_text = name[len(staging_prefix) :].split("-", 1)[0]
+            if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+                remove_tree(path)
+                removed.append(path)
+        elif name.startswith(old_prefix) and target.exists():
+            remove_tree(path)
+            removed.append(path)
+    return removed
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a file or directory tree (never following symlinks out of it)."""
+    fault_point("remove")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a directory's entries durable."""
+    fault_point("fsync-dir")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree_directories(root: Path) -> None:
+    """fsync every directory below and including ``root`` (deepest first)."""
+    directories = [Path(d) for d, _, _ in os.walk(root)]
+    for directory in reversed(directories):
+        fsync_directory(directory)
+
+
+_libc = None
+
+
+def _renameat2() -> Callable[..., int] | None:
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        _libc = ctypes.CDLL(name, use_errno=True) if name else False
+    function = getattr(_libc, "renameat2", None) if _libc else None
+    return function  # type: ignore[no-any-return]
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two names; False where the OS or filesystem cannot."""
+    function = _renameat2()
+    if function is None:
+        return False
+    fault_point("exchange")
+    result = function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+#: Tests set this to False to exercise the fallback without RENAME_EXCHANGE.
+USE_EXCHANGE = True
+
+
+def publish(staged: Path, target: Path, *, durable: bool) -> None:
+    """Make ``staged`` (a complete checkpoint) visible as ``target``, atomically."""
+    parent = target.parent
+    if not os.path.lexists(target):
+        fault_point("rename")
+        os.rename(staged, target)
+    elif USE_EXCHANGE and exchange(staged, target):
+        if durable:
+            fsync_directory(parent)
+        remove_tree(staged)  # now holds the old checkpoint
+    else:
+        old = parent / f".{target.name}{_OLD_MARK}{uuid.uuid4().hex[:12]}"
+        fault_point("rename-old")
+        os.rename(target, old)
+        fault_point("rename")
+        os.rename(staged, target)
+        if durable:
+            fsync_directory(parent)
+        remove_tree(old)
+    if durable:
+        fsync_directory(parent)

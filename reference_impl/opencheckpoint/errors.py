@@ -1,0 +1,211 @@
+"""The error classes of the format (spec section "Error classes").
+
+Every failure a reader or writer reports is a :class:`CheckpointError`
+subclass. Each class corresponds to one failure class of the spec, and each
+instance carries *where* the failure is: the checkpoint file (a path inside
+the checkpoint), the field (a JSON pointer into the manifest or a path into
+the tree) and the spec requirement or section it violates.
+
+The location is attached by the code that knows it (the dispatcher), not by
+every rule: rules raise with a message, callers add ``file=``/``field=`` via
+:meth:`CheckpointError.at`.
+
+>>> err = IntegrityError("crc32c mismatch: stored 00000000, computed 1a2b3c4d",
+...                      file="components/model/data.bin", field="$.w", section="R-ARR-9")
+>>> str(err)
+'IntegrityError: components/model/data.bin: $.w: crc32c mismatch: stored 00000000, computed 1a2b3c4d [R-ARR-9]'
+>>> isinstance(err, CheckpointError)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CheckpointError(Exception):
+    """Root of every error raised by OpenCheckpoint.
+
+    Attributes:
+        message: what went wrong, in words.
+        file: the file inside the checkpoint (or the checkpoint path itself).
+        field: JSON-path-like location of the offending field, e.g.
+            ``$.components.model.files['data.bin'].size`` or a tree path.
+        section: the spec requirement ID (``R-...``) or section number.
+    """
+
+    #: Class name reported by the conformance protocol (stable across versions).
+    error_class = "CheckpointError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        section: str | None = None,
+        result: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.field = field
+        self.section = section
+        #: Partial :class:`~opencheckpoint.LoadResult` when a load failed midway.
+        self.result = result
+
+    def at(self, *, file: str | None = None, field: str | None = None) -> CheckpointError:
+        """Fill in the location where it is still unknown and return ``self``."""
+        if self.file is None and file is not None:
+            self.file = file
+        if field is not None:
+            if self.field is None:
+                self.field = field
+            elif not self.field.startswith("$"):
+                self.field = field + self.field
+        return self
+
+    def __str__(self) -> str:
+        parts = [f"{type(self).error_class}:"]
+        if self.file:
+            parts.append(f"{self.file}:")
+        if self.field:
+            parts.append(f"{self.field}:")
+        parts.append(self.message)
+        text = " ".join(parts)
+        if self.section:
+            text += f" [{self.section}]"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (used by ``validate --json``)."""
+        return {
+            "error": type(self).error_class,
+            "file": self.file,
+            "field": self.field,
+            "section": self.section,
+            "message": self.message,
+        }
+
+
+
+
+class NotACheckpoint(CheckpointError):
+    """The path holds no readable ``manifest.json``: it is not a checkpoint."""
+
+    error_class = "NotACheckpoint"
+
+
+class UnsupportedVersion(CheckpointError):
+    """The format version (or a component's kind version) is newer than this reader knows."""
+
+    error_class = "UnsupportedVersion"
+
+
+class UnsupportedExtension(CheckpointError):
+    """An extension marked ``must_understand: true`` is not understood by this reader."""
+
+    error_class = "UnsupportedExtension"
+
+
+class ManifestError(CheckpointError):
+    """``manifest.json`` (or a ``value.json``) is not valid I-JSON or violates the schema."""
+
+    error_class = "ManifestError"
+
+
+class IntegrityError(CheckpointError):
+    """A checksum or size does not match: flipped, truncated or extended bytes."""
+
+    error_class = "IntegrityError"
+
+
+class UnsafePath(CheckpointError):
+    """A path is absolute, contains ``..``, passes through a symlink, or is otherwise not allowed."""
+
+    error_class = "UnsafePath"
+
+
+class MissingFile(CheckpointError):
+    """A file listed in the manifest is absent."""
+
+    error_class = "MissingFile"
+
+
+class ExtraFile(CheckpointError):
+    """A file exists in the checkpoint that no component lists."""
+
+    error_class = "ExtraFile"
+
+
+class LimitExceeded(CheckpointError):
+    """A size, count, depth or length exceeds the limits of the spec."""
+
+    error_class = "LimitExceeded"
+
+
+class TreeError(CheckpointError):
+    """A ``tree.msgpack`` document is malformed (bad node, unknown tag, bad key, trailing bytes)."""
+
+    error_class = "TreeError"
+
+
+class ArrayLayoutError(CheckpointError):
+    """An array's placement in ``data.bin`` breaks a layout rule (alignment, bounds, overlap, size)."""
+
+    error_class = "ArrayLayoutError"
+
+
+class UnknownDtype(CheckpointError):
+    """A dtype name is not in the dtype table."""
+
+    error_class = "UnknownDtype"
+
+
+class ArchiveError(CheckpointError):
+    """The ZIP archive breaks a structural rule (compression, alignment, headers, duplicates)."""
+
+    error_class = "ArchiveError"
+
+
+class UnknownComponentKind(CheckpointError):
+    """A component's kind is not one this reader can decode."""
+
+    error_class = "UnknownComponentKind"
+
+
+class IncompatibleComponent(CheckpointError):
+    """Stored state does not fit the live object it is loaded into (names, shapes, dtypes)."""
+
+    error_class = "IncompatibleComponent"
+
+
+class UnsupportedValue(CheckpointError):
+    """A writer was asked to store a value the format cannot represent."""
+
+    error_class = "UnsupportedValue"
+
+
+#: Every error class by its protocol name (conformance: ``error: <Class>: ...``).
+ERROR_CLASSES: dict[str, type[CheckpointError]] = {
+    cls.error_class: cls
+    for cls in (
+        CheckpointError,
+        NotACheckpoint,
+        UnsupportedVersion,
+        UnsupportedExtension,
+        ManifestError,
+        IntegrityError,
+        UnsafePath,
+        MissingFile,
+        ExtraFile,
+        LimitExceeded,
+        TreeError,
+        ArrayLayoutError,
+        UnknownDtype,
+        ArchiveError,
+        UnknownComponentKind,
+        IncompatibleComponent,
+        UnsupportedValue,
+    )
+}

@@ -1,0 +1,123 @@
+"""The migration chain (spec "Versioning"): pure steps that bring an older manifest to the current version.
+
+A step is data (versions, description, which payload kinds it touches) plus
+pure functions. The reader applies the steps in order; a version with no
+path to the current one is an :class:`~opencheckpoint.errors.UnsupportedVersion`.
+
+Format version 1 is the first version, so the shipped chain has no steps;
+tests exercise the mechanism with a test-only chain:
+
+>>> chain = MigrationChainRunner(current_version=2, steps=[MigrationStep(
+...     from_version=1, to_version=2, description="rename 'meta' to 'metadata'",
+...     manifest_step=lambda m: {**{k: v for k, v in m.items() if k != "meta"}, "metadata": m["meta"]})])
+>>> chain.migrate_manifest({"format_version": 1, "meta": {}})
+{'format_version': 2, 'metadata': {}}
+>>> chain.migrate_manifest({"format_version": 3})
+Traceback (most recent call last):
+...
+opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than this reader's 2; upgrade opencheckpoint [R-VER-2]
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UnsupportedVersion
+from .models import FORMAT_VERSION, MigrationChain, MigrationStepDeclaration
+
+ManifestStep = Callable[[dict[str, Any]], dict[str, Any]]
+#: (component record, payload) -> payload; payload is the decoded tree / JSON value.
+PayloadStep = Callable[[Mapping[str, Any], Any], Any]
+
+
+@dataclass(frozen=True)
+class MigrationStep:
+    """One pure step ``from_version -> to_version`` (always ``to_version == from_version + 1``)."""
+
+    from_version: int
+    to_version: int
+    description: str
+    manifest_step: ManifestStep
+    payload_steps: Mapping[str, PayloadStep] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.to_version != self.from_version + 1:
+            raise ValueError(f"a step goes from k to k+1, got {self.from_version} -> {self.to_version}")
+
+
+@dataclass(frozen=True)
+class MigrationChainRunner:
+    """Applies declared steps in order; the declaration is exported as a JSON document."""
+
+    current_version: int
+    steps: list[MigrationStep]
+
+    def __post_init__(self) -> None:
+        expected = self.current_version - len(self.steps)
+        for step in self.steps:
+            if step.from_version != expected:
+                raise ValueError(f"chain has a gap: expected a step from {expected}, got {step.from_version}")
+            expected = step.to_version
+
+    @property
+    def oldest_version(self) -> int:
+        return self.current_version - len(self.steps)
+
+    def declaration(self) -> MigrationChain:
+        """The chain as the ``migration-chain`` JSON document."""
+        return MigrationChain(
+            current_version=self.current_version,
+            steps=[
+                MigrationStepDeclaration(
+                    from_version=s.from_version,
+                    to_version=s.to_version,
+                    description=s.description,
+                    payload_kinds=sorted(s.payload_steps),
+                )
+                for s in self.steps
+            ],
+        )
+
+    def steps_from(self, version: object) -> list[MigrationStep]:
+        """The steps that bring ``version`` to the current version (empty when current)."""
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise UnsupportedVersion(
+                f"format_version {version!r} is not an integer", file="manifest.json",
+                field="$.format_version", section="R-VER-1",
+            )
+        if version > self.current_version:
+            raise UnsupportedVersion(
+                f"checkpoint format_version {version} is newer than this reader's {self.current_version}; "
+                "upgrade opencheckpoint",
+                file="manifest.json", field="$.format_version", section="R-VER-2",
+            )
+        if version < self.oldest_version:
+            raise UnsupportedVersion(
+                f"checkpoint format_version {version} is older than the oldest this reader migrates "
+                f"({self.oldest_version}; current {self.current_version})",
+                file="manifest.json", field="$.format_version", section="R-VER-3",
+            )
+        return self.steps[version - self.oldest_version :]
+
+    def migrate_manifest(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Apply every needed manifest step to a copy; the input is left untouched."""
+        result = copy.deepcopy(manifest)
+        for step in self.steps_from(manifest.get("format_version")):
+            result = step.manifest_step(result)
+            result["format_version"] = step.to_version
+        return result
+
+    def migrate_payload(self, from_version: int, record: Mapping[str, Any], payload: Any) -> Any:
+        """Apply the payload steps for the record's kind, from ``from_version`` on."""
+        for step in self.steps_from(from_version):
+            payload_step = step.payload_steps.get(record.get("kind", ""))
+            if payload_step is not None:
+                payload = payload_step(record, payload)
+        return payload
+
+
+#: The chain this implementation ships. Version 1 is the first version: no steps yet.
+DEFAULT_CHAIN = MigrationChainRunner(current_version=FORMAT_VERSION, steps=[])

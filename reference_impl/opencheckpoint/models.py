@@ -1,0 +1,149 @@
+"""Pydantic models of every JSON document the format defines (spec "manifest.json").
+
+They mirror the spec; ``schemas/v1/*.schema.json`` are generated from them by
+``opencheckpoint schema export`` and a test fails on any drift. Structural
+rules (types, required members, patterns, closed member sets) live here;
+rules that need context (path safety, limits, kind-specific file sets,
+overlaps between components) live in :mod:`opencheckpoint.manifest` so each
+can raise its own error class with the exact location.
+
+>>> entry = FileEntry(size=3, crc32c="0a1b2c3d")
+>>> entry.model_dump(exclude_none=True)
+{'size': 3, 'crc32c': '0a1b2c3d'}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .limits import JSON_MAX_SAFE_INT
+from .paths import NAME_PATTERN
+
+FORMAT_NAME: Final = "opencheckpoint"
+#: The newest format version this implementation reads and the one it writes.
+FORMAT_VERSION: Final = 1
+SCHEMA_BASE_URI: Final = "https://opencheckpoint.org/schemas/v1/"
+
+PATH_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"
+BUILTIN_KINDS: Final = ("tree", "json", "files")
+KIND_PATTERN: Final = r"^(tree|json|files|[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+)$"
+EXTENSION_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$"
+TIMESTAMP_PATTERN: Final = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$"
+ID_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
+
+Size = Annotated[int, Field(ge=0, le=JSON_MAX_SAFE_INT)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+RelPath = Annotated[str, Field(pattern=PATH_PATTERN, max_length=1024)]
+JsonObject = dict[str, Any]
+
+
+class _Document(BaseModel):
+    """Base: closed member sets, strict types (no "1" -> 1 coercion), frozen values."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class FileEntry(_Document):
+    """Size and checksums of one file; the checksums cover every byte of it."""
+
+    model_config = ConfigDict(title="OpenCheckpoint file entry", extra="forbid", strict=True, frozen=True)
+
+    size: Size = Field(description="File size in bytes.")
+    crc32c: str = Field(pattern=r"^[0-9a-f]{8}$", description="CRC-32C of the file, 8 lowercase hex digits.")
+    sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="Optional SHA-256 of the file, 64 lowercase hex digits."
+    )
+
+
+class ComponentRecord(_Document):
+    """One named component: its kind, where its files are, and their inventory."""
+
+    model_config = ConfigDict(title="OpenCheckpoint component record", extra="forbid", strict=True, frozen=True)
+
+    kind: str = Field(
+        pattern=KIND_PATTERN,
+        description="'tree', 'json', 'files', or a namespaced third-party kind such as 'com.example/replay'.",
+    )
+    kind_version: int = Field(ge=1, le=JSON_MAX_SAFE_INT, description="Version of the kind's payload layout.")
+    path: RelPath = Field(description="Directory of the component's files, relative to the checkpoint root.")
+    files: dict[RelPath, FileEntry] = Field(description="File name relative to 'path' -> size and checksums.")
+    hints: dict[str, str] | None = Field(
+        default=None, description="Informational strings (class name, framework). Never interpreted."
+    )
+    metadata: JsonObject | None = Field(default=None, description="Free JSON metadata of the component.")
+
+
+class Extension(_Document):
+    """A declared extension; readers that do not understand a must_understand one reject the file."""
+
+    model_config = ConfigDict(title="OpenCheckpoint extension record", extra="forbid", strict=True, frozen=True)
+
+    version: int = Field(ge=1, le=JSON_MAX_SAFE_INT, description="Version of the extension.")
+    must_understand: bool = Field(description="True: a reader that does not implement it must reject the checkpoint.")
+    data: Any = Field(default=None, description="Extension-defined JSON value.")
+
+
+class Producer(_Document):
+    """Which software wrote the checkpoint (informational)."""
+
+    model_config = ConfigDict(title="OpenCheckpoint producer", extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    version: str = Field(min_length=1, max_length=128)
+    environment: dict[str, str] | None = Field(
+        default=None, description="Versions of the runtime (python, numpy, torch, jax...)."
+    )
+
+
+class Manifest(_Document):
+    """The root document ``manifest.json``; written last, it makes a directory a checkpoint."""
+
+    model_config = ConfigDict(title="OpenCheckpoint manifest", extra="forbid", strict=True, frozen=True)
+
+    format: Literal["opencheckpoint"] = Field(description="Always 'opencheckpoint'.")
+    format_version: Literal[1] = Field(description="Format version of this document.")
+    checkpoint_id: str = Field(pattern=ID_PATTERN, description="Identifier chosen by the writer.")
+    created_at: str = Field(pattern=TIMESTAMP_PATTERN, description="RFC 3339 UTC creation time.")
+    producer: Producer
+    metadata: JsonObject = Field(description="Free JSON metadata of the checkpoint.")
+    extensions: dict[Annotated[str, Field(pattern=EXTENSION_NAME_PATTERN)], Extension]
+    components: dict[Name, ComponentRecord]
+    manifest_crc32c: str = Field(
+        pattern=r"^[0-9a-f]{8}$",
+        description="CRC-32C of the manifest bytes before its fixed 32-byte suffix; must be the last member.",
+    )
+
+
+class MigrationStepDeclaration(_Document):
+    """One declared step of the migration chain (the function itself lives in code)."""
+
+    model_config = ConfigDict(title="OpenCheckpoint migration step", extra="forbid", strict=True, frozen=True)
+
+    from_version: int = Field(ge=0)
+    to_version: int = Field(ge=1)
+    description: str = Field(min_length=1)
+    payload_kinds: list[str] = Field(
+        default_factory=list, description="Component kinds whose payload this step also rewrites."
+    )
+
+
+class MigrationChain(_Document):
+    """The declared chain: steps k -> k+1 that bring an older file to ``current_version``."""
+
+    model_config = ConfigDict(title="OpenCheckpoint migration chain", extra="forbid", strict=True, frozen=True)
+
+    current_version: int = Field(ge=1)
+    steps: list[MigrationStepDeclaration]
+
+
+#: Document name -> model; the schema file is ``<name>.schema.json``.
+DOCUMENT_MODELS: Final[dict[str, type[BaseModel]]] = {
+    "manifest": Manifest,
+    "component": ComponentRecord,
+    "file-entry": FileEntry,
+    "extension": Extension,
+    "producer": Producer,
+    "migration-chain": MigrationChain,
+}

@@ -1,0 +1,137 @@
+"""Node tags and the Python values of the tree vocabulary (spec "Tree payload").
+
+A tagged node is a msgpack array whose first element is a *tag marker*: an
+ext object with type ``T`` and an empty payload (bytes ``c7 00 T``).
+
+>>> p = NamedTupleValue("optax.ScaleByAdamState", {"count": 1, "mu": None})
+>>> p.count, p[1], p._fields
+(1, None, ('count', 'mu'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+
+class Tag(IntEnum):
+    """Ext type codes of tag markers. 10..63 reserved for the spec, 64..127 for extensions."""
+
+    TUPLE = 1
+    NAMED_TUPLE = 2
+    BIG_INT = 3
+    COMPLEX = 4
+    SCALAR = 5
+    ARRAY = 6
+    PRNG_KEY = 7
+    DTYPE = 8
+
+
+#: Number of elements (marker included) of each fixed-size tagged node.
+FIXED_LENGTH: dict[int, int] = {
+    Tag.NAMED_TUPLE: 3,
+    Tag.BIG_INT: 2,
+    Tag.COMPLEX: 3,
+    Tag.SCALAR: 3,
+    Tag.ARRAY: 6,
+    Tag.PRNG_KEY: 3,
+    Tag.DTYPE: 2,
+}
+
+#: Key data shape of each built-in PRNG implementation (JAX names).
+PRNG_IMPL_KEY_SHAPES: dict[str, tuple[int, ...]] = {
+    "threefry2x32": (2,),
+    "rbg": (4,),
+    "unsafe_rbg": (4,),
+}
+
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+
+
+class NamedTupleValue(tuple):  # type: ignore[type-arg]
+    """A decoded named tuple: a tuple with field names and the writer's type name as a hint.
+
+    The reader never imports ``type_name``; adapters rebuild the live type from
+    the object being restored. Field access by attribute works even for names
+    that shadow tuple methods (optax states have a ``count`` field): each
+    field set gets a cached subclass with one read-only property per field.
+    """
+
+    type_name: str
+    _fields: tuple[str, ...]
+
+    def __new__(cls, type_name: str, fields: dict[str, Any]) -> NamedTupleValue:
+        names = tuple(fields)
+        subclass = _named_tuple_class(names) if cls is NamedTupleValue else cls
+        self = tuple.__new__(subclass, tuple(fields.values()))
+        object.__setattr__(self, "_type_name", type_name)
+        return self
+
+    @property
+    def type_name(self) -> str:  # type: ignore[override]
+        return self._type_name  # type: ignore[attr-defined,no-any-return]
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self, strict=True))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self, strict=True))
+        return f"NamedTupleValue({self.type_name!r}, {inner})"
+
+    def __reduce__(self) -> Any:
+        return (NamedTupleValue, (self.type_name, self._asdict()))
+
+
+def _field_property(index: int) -> property:
+    return property(lambda self: tuple.__getitem__(self, index))
+
+
+@cache
+def _named_tuple_class(names: tuple[str, ...]) -> type[NamedTupleValue]:
+    namespace: dict[str, Any] = {"_fields": names}
+    for index, name in enumerate(names):
+        if name.isidentifier() and not name.startswith("_"):
+            namespace[name] = _field_property(index)
+    return type("NamedTupleValue", (NamedTupleValue,), namespace)
+
+
+@dataclass(frozen=True)
+class PRNGKeyValue:
+    """A typed PRNG key (or key array): implementation name plus uint32 key data."""
+
+    impl: str
+    data: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PRNGKeyValue)
+            and other.impl == self.impl
+            and other.data.shape == self.data.shape
+            and bool(np.array_equal(other.data, self.data))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class DtypeValue:
+    """A dtype stored as a value (e.g. ``torch.float32`` inside a state dict)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRef:
+    """A validated array node: where the bytes are and what they mean."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    crc32c: int
+    path: str
