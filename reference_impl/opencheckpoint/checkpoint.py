@@ -34,6 +34,7 @@ from .container.publish import (
     fsync_directory,
     fsync_tree_directories,
     publish,
+    release,
     remove_tree,
     staging_path,
 )
@@ -235,17 +236,21 @@ class Checkpoint:
                 fsync_tree_directories(staging)
             if output == "directory":
                 publish(staging, target, durable=self.durable)
+                release(staging)
                 staging = None  # type: ignore[assignment]
             else:
                 archive_file = staging_path(target)
                 self._pack_archive(staging, archive_file, list(records.items()))
                 publish(archive_file, target, durable=self.durable)
+                release(archive_file)
                 archive_file = None
         finally:
-            if staging is not None:
-                remove_tree(staging)
-            if archive_file is not None:
-                remove_tree(archive_file)
+            for leftover in (staging, archive_file):
+                if leftover is not None:
+                    try:
+                        remove_tree(leftover)
+                    finally:
+                        release(leftover)
         return target
 
     def _save_component(self, name: str, staging: Path) -> dict[str, Any]:

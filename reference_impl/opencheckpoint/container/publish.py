@@ -36,9 +36,23 @@ def fault_point(operation: str) -> None:
         FAULT_HOOK(operation)
 
 
+#: Staging paths of saves in progress in this process (never cleaned as stale).
+_ACTIVE: set[Path] = set()
+
+
 def staging_path(target: Path) -> Path:
-    """A fresh hidden sibling name for the new checkpoint: ``.NAME.oc-staging-PID-RANDOM``."""
-    return target.parent / f".{target.name}{_STAGING_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    """A fresh hidden sibling name for the new checkpoint: ``.NAME.oc-staging-PID-RANDOM``.
+
+    The path counts as in use until :func:`release` is called for it.
+    """
+    path = target.parent / f".{target.name}{_STAGING_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    _ACTIVE.add(path)
+    return path
+
+
+def release(path: Path) -> None:
+    """Mark a staging path as no longer in use (it is stale if it still exists)."""
+    _ACTIVE.discard(path)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -64,7 +78,9 @@ def clean_stale(target: Path) -> list[Path]:
         path = target.parent / name
         if name.startswith(staging_prefix):
             pid_text = name[len(staging_prefix) :].split("-", 1)[0]
-            if pid_text.isdigit() and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            ours = pid_text == str(os.getpid())
+            if (ours and path not in _ACTIVE) or (
+                    pid_text.isdigit() and not ours and not _pid_alive(int(pid_text))):
                 remove_tree(path)
                 removed.append(path)
         elif name.startswith(old_prefix) and target.exists():
@@ -143,11 +159,23 @@ def publish(staged: Path, target: Path, *, durable: bool) -> None:
     if not os.path.lexists(target):
         fault_point("rename")
         os.rename(staged, target)
+        # A writer that died between its two renames left the previous checkpoint aside;
+        # the new one now supersedes it.
+        for name in os.listdir(parent):
+            if name.startswith(f".{target.name}{_OLD_MARK}"):
+                remove_tree(parent / name)
     elif USE_EXCHANGE and exchange(staged, target):
         if durable:
             fsync_directory(parent)
         remove_tree(staged)  # now holds the old checkpoint
+    elif staged.is_file() and target.is_file() and not target.is_symlink():
+        # Replacing a file with a file: rename(2) swaps the name atomically.
+        fault_point("rename")
+        os.replace(staged, target)
     else:
+        for name in os.listdir(parent):  # R-PUB-6: at most one old copy may ever exist
+            if name.startswith(f".{target.name}{_OLD_MARK}"):
+                remove_tree(parent / name)
         old = parent / f".{target.name}{_OLD_MARK}{uuid.uuid4().hex[:12]}"
         fault_point("rename-old")
         os.rename(target, old)

@@ -1,0 +1,81 @@
+"""The schemas are generated from the models, valid Draft 2020-12, and agree with the spec's examples."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from opencheckpoint.schema_export import build_schemas, export_schemas
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "schemas" / "v1"
+SPEC = ROOT / "spec" / "opencheckpoint-v1.md"
+
+
+def test_committed_schemas_equal_a_fresh_export(tmp_path: Path) -> None:
+    export_schemas(tmp_path)
+    fresh = {p.name: p.read_text(encoding="utf-8") for p in tmp_path.iterdir()}
+    committed = {p.name: p.read_text(encoding="utf-8") for p in SCHEMAS.glob("*.schema.json")}
+    assert sorted(fresh) == sorted(committed), "schema files differ: run `make schemas` and commit"
+    for name, text in fresh.items():
+        assert committed[name] == text, f"{name} drifted from the models: run `make schemas` and commit"
+
+
+def test_cli_export_into_empty_directory_matches(tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    done = subprocess.run([sys.executable, "-m", "opencheckpoint", "schema", "export", str(out)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    diff = subprocess.run(["diff", "-r", str(out), str(SCHEMAS)], capture_output=True, text=True, check=False)
+    assert diff.returncode == 0, diff.stdout
+
+
+@pytest.mark.parametrize("name", sorted(build_schemas()))
+def test_schema_is_valid_draft_2020_12_with_stable_id(name: str) -> None:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"] == f"https://opencheckpoint.org/schemas/v1/{name}.schema.json"
+
+
+def _spec_examples() -> list[tuple[str, int, str]]:
+    text = SPEC.read_text(encoding="utf-8")
+    pattern = re.compile(r"<!-- schema: ([a-z-]+) -->\n```json\n(.*?)```", re.S)
+    return [(m.group(1), text[: m.start()].count("\n") + 1, m.group(2)) for m in pattern.finditer(text)]
+
+
+def test_spec_has_schema_tagged_examples() -> None:
+    kinds = {kind for kind, _, _ in _spec_examples()}
+    assert {"manifest", "component", "extension", "migration-chain"} <= kinds
+
+
+@pytest.mark.parametrize(("kind", "line", "body"), _spec_examples(), ids=lambda v: str(v)[:30])
+def test_spec_json_example_is_valid_against_its_schema(kind: str, line: int, body: str) -> None:
+    schema = json.loads((SCHEMAS / f"{kind}.schema.json").read_text(encoding="utf-8"))
+    instance = json.loads(body)
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    assert not errors, f"spec line {line}: {[e.message for e in errors]}"
+
+
+def test_schema_rejects_what_the_models_reject() -> None:
+    """The schema is not looser than the model on the rules a schema can state."""
+    schema = json.loads((SCHEMAS / "component.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    good = {"kind": "tree", "kind_version": 1, "path": "components/model",
+            "files": {"tree.msgpack": {"size": 3, "crc32c": "0a1b2c3d"}}}
+    assert validator.is_valid(good)
+    for bad in (
+        {**good, "extra": 1},
+        {**good, "kind_version": 0},
+        {**good, "path": "../up"},
+        {**good, "kind": "Tree"},
+        {**good, "files": {"tree.msgpack": {"size": -1, "crc32c": "0a1b2c3d"}}},
+        {**good, "files": {"tree.msgpack": {"size": 3, "crc32c": "0A1B2C3D"}}},
+    ):
+        assert not validator.is_valid(bad), bad
