@@ -139,12 +139,38 @@ class Adapter(abc.ABC):
 
 
 def framework_of(value: Any) -> str:
-    """'torch', 'jax' or 'numpy', by the top-level module of the object's type."""
-    root = type(value).__module__.split(".", 1)[0]
-    if root == "torch":
-        return "torch"
-    if root in ("jax", "jaxlib", "flax", "optax"):
-        return "jax"
+    """'torch', 'jax' or 'numpy', by the top-level module of the object's type or a base class.
+
+    Walking the MRO matters: user models subclass ``torch.nn.Module`` or
+    ``flax.nnx.Module`` from their own modules.
+    """
+    return module_framework(type(value))
+
+
+def module_framework(kind: type) -> str:
+    for cls in kind.__mro__:
+        root = cls.__module__.split(".", 1)[0]
+        if root == "torch":
+            return "torch"
+        if root in ("jax", "jaxlib", "flax", "optax"):
+            return "jax"
+    return "numpy"
+
+
+def container_framework(value: Any, budget: int = 10_000) -> str:
+    """The framework of the first framework leaf of a plain dict/list/tuple tree ('numpy' if none)."""
+    stack = [value]
+    while stack and budget > 0:
+        budget -= 1
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            framework = framework_of(item)
+            if framework != "numpy":
+                return framework
     return "numpy"
 
 
@@ -246,6 +272,14 @@ def _refresh_in_place(value: Any, loaded: Any) -> None:
         value[:] = loaded
 
 
+def is_random_state(value: Any) -> bool:
+    """NumPy Generator / RandomState / BitGenerator or a Python ``random.Random``."""
+    import random
+
+    return isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                              random.Random))
+
+
 _TYPE_ADAPTERS: list[tuple[type, Adapter]] = []
 
 
@@ -266,12 +300,20 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
     adapter = _lookup(instance_registry or [], value) or _lookup(_TYPE_ADAPTERS, value)
     if adapter is not None:
         return adapter
-    framework = framework_of(value)
-    if framework != "numpy":
-        import importlib
+    import importlib
 
+    framework = framework_of(value)
+    if framework == "numpy" and isinstance(value, (dict, list, tuple)):
+        framework = container_framework(value)
+    if framework != "numpy":
         module = importlib.import_module(f"opencheckpoint.adapters.{framework}")
         special = getattr(module, "adapter_for", lambda v: None)(value)
+        if special is not None:
+            return special  # type: ignore[no-any-return]
+    if is_random_state(value):
+        from . import numpy_rng
+
+        special = numpy_rng.adapter_for(value)
         if special is not None:
             return special  # type: ignore[no-any-return]
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):

@@ -66,13 +66,22 @@ NUMPY = NumpyFramework()
 
 
 def convert_leaf(value: Any) -> Any:
-    """Replacement value for a framework object, or ``NOT_HANDLED``."""
-    root = type(value).__module__.split(".", 1)[0]
-    module_name = _LEAF_MODULES.get(root)
-    if module_name is None:
-        return NOT_HANDLED
-    module = importlib.import_module(module_name)
-    return module.to_tree_value(value)
+    """Replacement value for a framework object (or an RNG object), or ``NOT_HANDLED``.
+
+    The framework is found through the MRO, so user subclasses of framework
+    classes (an ``nnx.Module`` defined in user code) reach their adapter.
+    """
+    for cls in type(value).__mro__:
+        module_name = _LEAF_MODULES.get(cls.__module__.split(".", 1)[0])
+        if module_name is not None:
+            return importlib.import_module(module_name).to_tree_value(value)
+    from .base import is_random_state
+
+    if is_random_state(value):
+        from . import numpy_rng
+
+        return numpy_rng.to_tree_value(value)
+    return NOT_HANDLED
 
 
 def get_framework(name: str) -> Framework:
