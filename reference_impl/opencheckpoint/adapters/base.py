@@ -188,7 +188,7 @@ class StateDictAdapter(Adapter):
         try:
             value.load_state_dict(state)
         except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise IncompatibleComponent(f"load_state_dict failed: {exc}", field=reader.name) from exc
+            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
         return None
 
 

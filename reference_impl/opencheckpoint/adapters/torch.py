@@ -1,0 +1,361 @@
+"""PyTorch adapter: tensors and torch objects to tree values, and stored arrays back to tensors.
+
+Imported lazily (by the tree encoder when it meets a torch object, or when a
+component is read with ``framework="torch"``); ``import opencheckpoint``
+never imports it.
+
+Writing: :func:`to_tree_value` turns a tensor into a NumPy array that shares
+its memory (CPU tensors), so the encoder's data-pointer aliasing check sees
+tied weights as one extent. bfloat16 and float8 tensors have no NumPy dtype
+in torch; they are viewed as same-width integers, then as the ml_dtypes type.
+
+Reading: :data:`FRAMEWORK` turns verified arrays into tensors with exactly the
+stored bits, honouring ``map_location`` like :func:`torch.load`.
+
+Live objects: :func:`adapter_for` picks :class:`ModuleAdapter` (``nn.Module``:
+checks names, shapes and dtypes before touching the module, then copies into
+the existing parameters), :class:`GeneratorAdapter` (``torch.Generator``) or
+:class:`TorchStateDictAdapter` (optimizers, LR schedulers, ``GradScaler``, any
+object with ``state_dict``/``load_state_dict``).
+
+>>> import torch, numpy as np
+>>> to_tree_value(torch.arange(3, dtype=torch.bfloat16)).dtype.name
+'bfloat16'
+>>> FRAMEWORK.array(np.arange(3, dtype=np.uint16)).dtype
+torch.uint16
+>>> to_tree_value(torch.float8_e4m3fn)
+DtypeValue(name='float8_e4m3fn')
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dtypes import dtype_name, numpy_dtype
+from ..errors import IncompatibleComponent, UnsupportedValue
+from ..tree.encode import NOT_HANDLED
+from ..tree.nodes import DtypeValue, PRNGKeyValue
+from .base import Adapter, ComponentReader, ComponentWriter
+
+#: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
+TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
+    getattr(torch, name): name
+    for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in TORCH_DTYPE_NAMES.items()}
+
+#: dtypes torch cannot hand to NumPy directly: reinterpret through a same-width integer type.
+_BIT_CARRIERS: dict[str, tuple[torch.dtype, type]] = {
+    name: (torch.int16, np.int16) if TORCH_DTYPES[name].itemsize == 2 else (torch.uint8, np.uint8)
+    for name in TORCH_DTYPES
+    if name == "bfloat16" or name.startswith("float8")
+}
+
+
+def dtype_name_of(dtype: torch.dtype) -> str:
+    """The spec name of a torch dtype; :class:`UnsupportedValue` for dtypes outside the table."""
+    name = TORCH_DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", section="R-DT-1")
+    return name
+
+
+def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy array with the tensor's exact bits; shares memory with CPU tensors (no copy).
+
+    >>> t = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    >>> a = tensor_to_numpy(t)
+    >>> a.dtype.name, a.ctypes.data == t.data_ptr()
+    ('bfloat16', True)
+    """
+    if tensor.layout != torch.strided:
+        raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
+                               section="R-TREE-1")
+    if tensor.is_quantized or tensor.is_nested:
+        raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
+                               section="R-TREE-1")
+    name = dtype_name_of(tensor.dtype)
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()  # a device tensor has no host memory to share: one copy is unavoidable
+    # Lazy conjugate / negative views are flags, not bits: materialize them.
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    carrier = _BIT_CARRIERS.get(name)
+    if carrier is None:
+        return tensor.numpy()
+    return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+
+
+def to_tree_value(value: Any) -> Any:
+    """Replacement tree value for a torch object, or ``NOT_HANDLED``."""
+    if isinstance(value, torch.Tensor):
+        return tensor_to_numpy(value)
+    if isinstance(value, torch.dtype):
+        return DtypeValue(dtype_name_of(value))
+    if isinstance(value, torch.Size):
+        return tuple(int(d) for d in value)
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, torch.Generator):
+        return tensor_to_numpy(value.get_state())
+    return NOT_HANDLED
+
+
+# -- reading -------------------------------------------------------------------------------
+
+#: ``map_location`` forms accepted, as with :func:`torch.load`.
+MapLocation = str | torch.device | Mapping[str, Any] | Callable[[torch.Tensor, str], Any] | None
+
+#: Stored bytes live on the host: the "source location" seen by a dict or callable map_location.
+SOURCE_LOCATION = "cpu"
+
+
+def target_device(map_location: MapLocation) -> torch.device | None:
+    """The device a str/device/dict ``map_location`` sends stored (host) tensors to; None keeps them on CPU.
+
+    A dict maps source location strings to targets; stored bytes come from the
+    host, so the ``"cpu"`` entry applies (as for CPU tensors in ``torch.load``).
+
+    >>> target_device({"cuda:0": "cuda:1", "cpu": "meta"})
+    device(type='meta')
+    >>> target_device(None) is None
+    True
+    """
+    if map_location is None or callable(map_location) and not isinstance(map_location, Mapping):
+        return None
+    if isinstance(map_location, Mapping):
+        target = map_location.get(SOURCE_LOCATION)
+        return None if target is None else torch.device(target)
+    return torch.device(map_location)
+
+
+def numpy_to_tensor(data: np.ndarray, *, share: bool = True) -> torch.Tensor:
+    """A CPU tensor with the array's exact bits; shares memory when ``share`` and the array is writable."""
+    if not (share and data.flags.writeable and data.flags.c_contiguous):
+        data = np.array(data, order="C")  # torch tensors are writable: never hand out a read-only map
+    return _wrap(data)
+
+
+def _wrap(data: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` for every table dtype (bfloat16/float8 through a same-width integer view)."""
+    if not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data)
+    dtype = _torch_dtype_for(data)
+    carrier = _BIT_CARRIERS.get(TORCH_DTYPE_NAMES[dtype])
+    if carrier is None:
+        return torch.from_numpy(data)
+    return torch.from_numpy(data.view(carrier[1])).view(dtype)
+
+
+def _torch_dtype_for(data: np.ndarray) -> torch.dtype:
+    name = dtype_name(data.dtype)
+    dtype = TORCH_DTYPES.get(name)
+    if dtype is None:
+        raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
+                                    section="R-DT-1")
+    return dtype
+
+
+def place(tensor: torch.Tensor, map_location: MapLocation) -> torch.Tensor:
+    """Move a freshly read CPU tensor where ``map_location`` says."""
+    if map_location is None:
+        return tensor
+    if callable(map_location) and not isinstance(map_location, Mapping):
+        moved = map_location(tensor, SOURCE_LOCATION)
+        if moved is None:  # torch.load convention: None means "leave it where it is"
+            return tensor
+        if not isinstance(moved, torch.Tensor):
+            raise TypeError(f"map_location callable returned {type(moved).__name__}, expected a tensor")
+        return moved
+    device = target_device(map_location)
+    return tensor if device is None or device.type == "cpu" else tensor.to(device)
+
+
+class TorchFramework:
+    """Stored arrays as torch tensors (exact dtype and bits); keys as :class:`PRNGKeyValue`."""
+
+    name = "torch"
+
+    def array(self, data: np.ndarray, *, map_location: MapLocation = None) -> torch.Tensor:
+        return place(numpy_to_tensor(data), map_location)
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: MapLocation = None) -> Any:
+        # torch has no typed keys: keep the implementation name next to the key bits.
+        return PRNGKeyValue(impl, data)
+
+    def dtype(self, name: str) -> torch.dtype:
+        dtype = TORCH_DTYPES.get(name)
+        if dtype is None:
+            raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
+                                        section="R-DT-1")
+        return dtype
+
+
+FRAMEWORK = TorchFramework()
+
+
+class _TransientViews(TorchFramework):
+    """Read-only map views as tensors that are only copied from (load_state_dict), never written.
+
+    Skips the copy out of the map: ``load_state_dict`` copies each verified
+    view straight into the existing parameter.
+    """
+
+    def array(self, data: np.ndarray, *, map_location: MapLocation = None) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "non-writable array": it is only read from
+            return _wrap(data)
+
+
+_VIEWS = _TransientViews()
+
+
+# -- live objects ----------------------------------------------------------------------------
+
+def _class_hint(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+class TorchStateDictAdapter(Adapter):
+    """Optimizers, LR schedulers, ``GradScaler`` and any torch object with ``state_dict``.
+
+    Restored tensors are fresh, writable CPU tensors (or placed by
+    ``map_location``); optimizers move their state next to their parameters.
+    """
+
+    kind = "tree"
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        writer.hints.update(framework="torch", **{"class": _class_hint(value)})
+        writer.write_tree(value.state_dict())
+
+    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+        state = reader.tree("torch")
+        try:
+            value.load_state_dict(state)
+        except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
+            raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
+        return None
+
+
+class GeneratorAdapter(Adapter):
+    """``torch.Generator``: its state bytes (``get_state``/``set_state``) and device."""
+
+    kind = "tree"
+
+    def save(self, value: torch.Generator, writer: ComponentWriter) -> None:
+        writer.hints.update(framework="torch", **{"class": "torch.Generator"})
+        writer.write_tree({"device": str(value.device), "state": value.get_state()})
+
+    def load(self, value: torch.Generator, reader: ComponentReader, *, strict: str) -> Any:
+        stored = reader.tree("numpy")
+        state = stored.get("state") if isinstance(stored, dict) else None
+        if not isinstance(state, np.ndarray) or state.dtype != np.uint8 or state.ndim != 1:
+            raise IncompatibleComponent("generator component needs a 1-d uint8 'state' array")
+        try:
+            value.set_state(torch.from_numpy(np.array(state)))
+        except RuntimeError as exc:
+            raise IncompatibleComponent(f"torch.Generator.set_state failed: {exc}") from exc
+        return None
+
+
+class ModuleAdapter(Adapter):
+    """``nn.Module``: the ``state_dict`` (parameters and persistent buffers) as a tree.
+
+    Loading compares names, shapes and dtypes with the module's own state dict
+    *before* anything is modified. ``strict="error"`` raises
+    :class:`IncompatibleComponent` listing missing, unexpected and mismatched
+    names; ``"warn"`` loads the matching entries and warns; ``"ignore"`` loads
+    them silently. Matching entries are copied by ``load_state_dict`` straight
+    from verified, memory-mapped views (no intermediate copy).
+    """
+
+    kind = "tree"
+
+    def save(self, value: torch.nn.Module, writer: ComponentWriter) -> None:
+        writer.hints.update(framework="torch", **{"class": _class_hint(value)})
+        writer.write_tree(value.state_dict())
+
+    def load(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> Any:
+        stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
+        if not isinstance(stored, dict):
+            raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
+        own = value.state_dict()
+        missing = [k for k in own if k not in stored]
+        unexpected = [k for k in stored if k not in own]
+        mismatched = []
+        for key in own:
+            if key in stored and isinstance(own[key], torch.Tensor):
+                theirs = stored[key]
+                if not isinstance(theirs, torch.Tensor):
+                    mismatched.append(f"{key} (stored {type(theirs).__name__}, module has a tensor)")
+                elif theirs.shape != own[key].shape or theirs.dtype != own[key].dtype:
+                    mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])})")
+        problems = []
+        for label, names in (("missing", missing), ("unexpected", unexpected), ("mismatched", mismatched)):
+            if names:
+                problems.append(f"{label}: {', '.join(names)}")
+        if problems and strict == "error":
+            raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
+                                        + "; ".join(problems))
+        bad = {name.split(" ", 1)[0] for name in mismatched}
+        matching = {k: v for k, v in stored.items() if k in own and k not in bad}
+        try:
+            with torch.no_grad():
+                value.load_state_dict(matching, strict=not problems)
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+        if problems and strict == "warn":
+            warnings.warn(f"component {reader.name!r}: loaded {len(matching)} of {len(own)} entries; "
+                          + "; ".join(problems), stacklevel=4)
+        return None
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{TORCH_DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype))}{list(tensor.shape)}"
+
+
+_MODULE = ModuleAdapter()
+_GENERATOR = GeneratorAdapter()
+_STATE_DICT = TorchStateDictAdapter()
+
+
+def adapter_for(value: Any) -> Adapter | None:
+    """The adapter for a live torch object, or None (tensors and plain values use the tree adapter)."""
+    if isinstance(value, torch.nn.Module):
+        return _MODULE
+    if isinstance(value, torch.Generator):
+        return _GENERATOR
+    if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        return _STATE_DICT
+    return None
+
+
+__all__ = [
+    "FRAMEWORK",
+    "GeneratorAdapter",
+    "ModuleAdapter",
+    "TORCH_DTYPES",
+    "TORCH_DTYPE_NAMES",
+    "TorchFramework",
+    "TorchStateDictAdapter",
+    "adapter_for",
+    "numpy_to_tensor",
+    "place",
+    "target_device",
+    "tensor_to_numpy",
+    "to_tree_value",
+]

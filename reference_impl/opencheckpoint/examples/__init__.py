@@ -1,0 +1,6 @@
+"""Small, deterministic training examples used by ``make demo`` and the tests.
+
+* :mod:`.control`: a seeded, vectorized CartPole written in NumPy (no gym needed).
+* :mod:`.actor_critic`: a tiny torch actor-critic and one A2C update.
+* :mod:`.train`: a resumable training script (``python -m opencheckpoint.examples.train``).
+"""

@@ -1,0 +1,385 @@
+"""Resuming training runs: checkpoint rotation, periodic saves, clean stops on signals.
+
+Framework-neutral: works with any :class:`~opencheckpoint.Checkpoint`.
+
+* :class:`Rotation` keeps a directory of ``checkpoint-000000001234`` checkpoints
+  (archives end in ``.ocp``): the newest ``keep_last``, plus the best by a
+  metric read from the manifest metadata.
+* :class:`RunCheckpointer` saves every ``interval`` steps and restores a run.
+* :class:`StopOnSignal` turns SIGINT/SIGTERM into a stop request checked at
+  loop boundaries.
+* :func:`resolve_checkpoint_path` accepts a checkpoint or a run directory.
+
+>>> import tempfile
+>>> from opencheckpoint import Checkpoint
+>>> state = {"step": 0}
+>>> run = RunCheckpointer(Checkpoint(state=state), tempfile.mkdtemp(), interval=10)
+>>> run.save(5) is None, run.save(10).name
+(True, 'checkpoint-000000000010')
+>>> state["step"] = 99
+>>> run.restore(), state["step"]
+(10, 0)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Literal
+
+from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
+from .container.publish import remove_tree
+from .errors import CheckpointError, NotACheckpoint
+from .reader import CheckpointReader
+
+logger = logging.getLogger("opencheckpoint.run")
+
+#: Suffix of archive checkpoints in a rotation directory.
+ARCHIVE_SUFFIX = ".ocp"
+_STEP_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class RotationEntry:
+    """One recognised checkpoint of a rotation directory."""
+
+    path: Path
+    step: int
+    created_at: str
+    metric: float | None
+
+
+class Rotation:
+    """A directory of step-numbered checkpoints with a retention policy.
+
+    Args:
+        directory: where the checkpoints live (created on first save).
+        keep_last: how many of the newest checkpoints to keep (>= 1).
+        keep_best: ``(metadata_key, "min" | "max")``: also keep the checkpoint
+            whose manifest metadata has the best value of that key.
+        prefix: file name prefix; names are ``{prefix}-{step:012d}`` (``.ocp`` for archives).
+
+    Pruning never deletes the newest checkpoint nor the best one.
+
+    >>> import tempfile
+    >>> from opencheckpoint import Checkpoint
+    >>> rotation = Rotation(tempfile.mkdtemp(), keep_last=1, keep_best=("loss", "min"))
+    >>> ckpt = Checkpoint(value={"x": 1})
+    >>> for step, loss in [(1, 0.5), (2, 0.1), (3, 0.9)]:
+    ...     _ = rotation.save(ckpt, step, metadata={"loss": loss})
+    >>> [p.name for p in rotation.checkpoints()], rotation.best().name
+    (['checkpoint-000000000002', 'checkpoint-000000000003'], 'checkpoint-000000000002')
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        keep_last: int = 3,
+        keep_best: tuple[str, Literal["min", "max"]] | None = None,
+        prefix: str = "checkpoint",
+    ) -> None:
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
+        if keep_best is not None:
+            if isinstance(keep_best, str) or len(keep_best) != 2:
+                raise ValueError("keep_best must be a (metadata_key, 'min' | 'max') pair")
+            key, mode = keep_best
+            if not isinstance(key, str) or not key or mode not in ("min", "max"):
+                raise ValueError(f"keep_best must be (non-empty str, 'min' | 'max'), got {keep_best!r}")
+        if not prefix or "/" in prefix or "\\" in prefix or prefix.startswith("."):
+            raise ValueError(f"prefix must be a plain, non-hidden file name prefix, got {prefix!r}")
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.prefix = prefix
+        self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+
+    def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
+        """The name a checkpoint of ``step`` gets."""
+        suffix = ARCHIVE_SUFFIX if format == "archive" else ""
+        return self.directory / f"{self.prefix}-{step:0{_STEP_DIGITS}d}{suffix}"
+
+    def save(
+        self,
+        checkpoint: Checkpoint,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        format: CheckpointFormat | None = None,
+        *,
+        components: Collection[str] | None = None,
+    ) -> Path:
+        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative int, got {step!r}")
+        meta = dict(metadata or {})
+        if self.keep_best is not None:
+            key = self.keep_best[0]
+            if key not in meta or _metric(meta[key]) is None:
+                raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
+        output = format or checkpoint.format
+        path = checkpoint.save(self.path_for(step, output), components=components, metadata=meta, format=output)
+        other = self.path_for(step, "directory" if output == "archive" else "archive")
+        if other.exists():  # one checkpoint per step: the new one replaces the other form
+            _remove(other)
+        self.prune()
+        return path
+
+    def entries(self) -> list[RotationEntry]:
+        """Every readable checkpoint of the directory, oldest step first."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        found: list[RotationEntry] = []
+        for name in names:
+            match = self._pattern.fullmatch(name)
+            if match is None:
+                continue
+            path = self.directory / name
+            try:
+                with CheckpointReader(path) as reader:
+                    manifest = reader.manifest
+            except (CheckpointError, OSError):
+                continue  # unreadable or foreign: not ours to list (and never pruned)
+            metadata = manifest.get("metadata") or {}
+            metric = _metric(metadata.get(self.keep_best[0])) if self.keep_best else None
+            found.append(RotationEntry(path, int(match.group(1)), str(manifest.get("created_at", "")), metric))
+        found.sort(key=lambda e: (e.step, e.created_at, e.path.name))
+        return found
+
+    def checkpoints(self) -> list[Path]:
+        """Paths of the readable checkpoints, oldest step first."""
+        return [e.path for e in self.entries()]
+
+    def latest(self) -> Path | None:
+        """The checkpoint with the highest step, or None."""
+        entries = self.entries()
+        return entries[-1].path if entries else None
+
+    def best(self) -> Path | None:
+        """The checkpoint with the best metric (ties: the newer one), or None."""
+        entry = self._best(self.entries())
+        return None if entry is None else entry.path
+
+    def _best(self, entries: list[RotationEntry]) -> RotationEntry | None:
+        if self.keep_best is None:
+            return None
+        scored = [e for e in entries if e.metric is not None]
+        if not scored:
+            return None
+        sign = 1.0 if self.keep_best[1] == "max" else -1.0
+        return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]
+
+    def prune(self) -> list[Path]:
+        """Delete checkpoints beyond the policy; return the deleted paths."""
+        entries = self.entries()
+        keep = {e.path for e in entries[-self.keep_last:]}
+        best = self._best(entries)
+        if best is not None:
+            keep.add(best.path)
+        removed = [e.path for e in entries if e.path not in keep]
+        for path in removed:
+            _remove(path)
+        return removed
+
+    def load_latest(self, checkpoint: Checkpoint, **load_kwargs: Any) -> LoadResult:
+        """Restore ``checkpoint`` from the latest checkpoint (:class:`NotACheckpoint` if there is none)."""
+        latest = self.latest()
+        if latest is None:
+            raise NotACheckpoint(f"no {self.prefix}-<step> checkpoint in the directory", file=str(self.directory))
+        return checkpoint.load(latest, **load_kwargs)
+
+
+def _metric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _remove(path: Path) -> None:
+    """Rename out of the rotation's namespace first, so a crash never leaves a half-deleted checkpoint."""
+    tombstone = path.with_name(f".{path.name}.oc-delete-{uuid.uuid4().hex[:12]}")
+    os.replace(path, tombstone)
+    remove_tree(tombstone)
+
+
+def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpoint") -> Path:
+    """``path`` if it is a checkpoint, else the latest checkpoint of the run directory ``path``.
+
+    Raises :class:`NotACheckpoint` when it is neither.
+
+    >>> import tempfile
+    >>> from opencheckpoint import Checkpoint
+    >>> run_dir = tempfile.mkdtemp()
+    >>> saved = Rotation(run_dir).save(Checkpoint(value=[1]), 7)
+    >>> resolve_checkpoint_path(run_dir) == saved == resolve_checkpoint_path(saved)
+    True
+    """
+    candidate = Path(path)
+    try:
+        CheckpointReader(candidate).close()
+        return candidate
+    except NotACheckpoint:
+        pass
+    if candidate.is_dir():
+        latest = Rotation(candidate, prefix=prefix).latest()
+        if latest is not None:
+            return latest
+    raise NotACheckpoint(f"neither a checkpoint nor a run directory holding {prefix}-<step> checkpoints",
+                         file=str(candidate))
+
+
+class RunCheckpointer:
+    """Periodic saves of a run's :class:`Checkpoint`, and resuming it.
+
+    Args:
+        checkpoint: the run's components.
+        directory: the rotation directory.
+        interval: save when at least this many steps passed since the last save.
+        keep_last, keep_best: the :class:`Rotation` policy.
+        exclude: components never saved (e.g. a replay buffer rebuilt on resume).
+        optional: components restored only if the checkpoint has them.
+        resume_path: a checkpoint or run directory to resume from; default: ``directory``'s latest.
+    """
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        directory: str | os.PathLike[str],
+        interval: int,
+        keep_last: int = 3,
+        exclude: Collection[str] = (),
+        optional: Collection[str] = (),
+        resume_path: str | os.PathLike[str] | None = None,
+        keep_best: tuple[str, Literal["min", "max"]] | None = None,
+    ) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"interval must be an int >= 1, got {interval!r}")
+        unknown = (set(exclude) | set(optional)) - set(checkpoint.components)
+        if unknown:
+            raise KeyError(f"exclude/optional name unregistered components: {sorted(unknown)}")
+        self.checkpoint = checkpoint
+        self.rotation = Rotation(directory, keep_last=keep_last, keep_best=keep_best)
+        self.interval = interval
+        self.exclude = frozenset(exclude)
+        self.optional = frozenset(optional)
+        self.resume_path = None if resume_path is None else Path(resume_path)
+        self.last_saved_step: int | None = None
+
+    @property
+    def components(self) -> list[str]:
+        """The components each save writes."""
+        return [name for name in self.checkpoint.components if name not in self.exclude]
+
+    def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Path | None:
+        """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
+
+        A forced save of the step just saved writes nothing. The manifest
+        metadata gets ``{"step": step}`` plus ``metadata``.
+        """
+        last = self.last_saved_step
+        if force:
+            if last == step:
+                return None
+        elif step - (last if last is not None else 0) < self.interval:
+            return None
+        path = self.rotation.save(self.checkpoint, step, metadata={**(metadata or {}), "step": step},
+                                  components=self.components)
+        self.last_saved_step = step
+        logger.info("saved %s", path)
+        return path
+
+    def restore(self, **load_kwargs: Any) -> int | None:
+        """Resume from ``resume_path`` (or the directory's latest); return its step, None if nothing to resume.
+
+        An explicit ``resume_path`` that is not a checkpoint raises
+        :class:`NotACheckpoint`. Global RNG state restores last (its adapter's
+        ``restore_last``).
+        """
+        if self.resume_path is not None:
+            path = resolve_checkpoint_path(self.resume_path, prefix=self.rotation.prefix)
+        else:
+            path = self.rotation.latest()
+            if path is None:
+                return None
+        with CheckpointReader(path) as reader:
+            stored = set(reader.components)
+            step = reader.manifest.get("metadata", {}).get("step")
+        wanted = [n for n in self.components if n not in self.optional or n in stored]
+        self.checkpoint.load(path, components=wanted, **load_kwargs)
+        if not isinstance(step, int) or isinstance(step, bool):
+            match = self.rotation._pattern.fullmatch(path.name)
+            if match is None:
+                raise CheckpointError("checkpoint metadata has no integer 'step'", file=str(path),
+                                      field="$.metadata.step")
+            step = int(match.group(1))
+        self.last_saved_step = step
+        logger.info("resumed from %s at step %d", path, step)
+        return step
+
+
+class StopOnSignal:
+    """Turn SIGINT/SIGTERM into a stop request checked at loop boundaries.
+
+    The first signal sets :attr:`requested` (finish the step, save, exit); a
+    second raises :class:`KeyboardInterrupt` for loops that never reach a
+    boundary. Previous handlers come back on exit. Signal handlers can only
+    be installed from the main thread; elsewhere the context does nothing.
+
+    >>> import os, signal
+    >>> with StopOnSignal() as stop:
+    ...     os.kill(os.getpid(), signal.SIGTERM)
+    ...     stop.requested, stop.signal_name
+    (True, 'SIGTERM')
+    """
+
+    def __init__(
+        self,
+        signals: Collection[int] = (signal.SIGINT, signal.SIGTERM),
+        on_request: Callable[[str], None] | None = None,
+    ) -> None:
+        self.signals = tuple(signals)
+        self.on_request = on_request
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was requested."""
+        return self.signal_name is not None
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        name = signal.Signals(number).name
+        if self.signal_name is not None:
+            raise KeyboardInterrupt(f"second stop signal ({name})")
+        self.signal_name = name
+        if self.on_request is not None:
+            self.on_request(name)
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("StopOnSignal entered outside the main thread: signals will not request a stop")
+            return self
+        for number in self.signals:
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
+
+
+__all__ = ["ARCHIVE_SUFFIX", "Rotation", "RotationEntry", "RunCheckpointer", "StopOnSignal",
+           "resolve_checkpoint_path"]
