@@ -4,9 +4,7 @@ The package imports neither torch nor JAX; their adapters load when an
 object of that framework is saved or a component is read with
 ``framework="torch"`` / ``"jax"``.
 
->>> import opencheckpoint, sys
->>> "torch" in sys.modules or "jax" in sys.modules
-False
+>>> from opencheckpoint import Checkpoint, read_component, validate
 """
 
 from __future__ import annotations

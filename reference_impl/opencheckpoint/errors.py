@@ -11,9 +11,9 @@ every rule: rules raise with a message, callers add ``file=``/``field=`` via
 :meth:`CheckpointError.at`.
 
 >>> err = IntegrityError("crc32c mismatch: stored 00000000, computed 1a2b3c4d",
-...                      file="components/model/data.bin", field="$.w", section="R-ARR-9")
+...                      file="components/model/data.bin", field="$.w", section="R-ARR-14")
 >>> str(err)
-'IntegrityError: components/model/data.bin: $.w: crc32c mismatch: stored 00000000, computed 1a2b3c4d [R-ARR-9]'
+'IntegrityError: components/model/data.bin: $.w: crc32c mismatch: stored 00000000, computed 1a2b3c4d [R-ARR-14]'
 >>> isinstance(err, CheckpointError)
 True
 """
@@ -29,9 +29,11 @@ class CheckpointError(Exception):
     Attributes:
         message: what went wrong, in words.
         file: the file inside the checkpoint (or the checkpoint path itself).
-        field: JSON-path-like location of the offending field, e.g.
-            ``$.components.model.files['data.bin'].size`` or a tree path.
-        section: the spec requirement ID (``R-...``) or section number.
+        field: ``$``-rooted location of the offending field, e.g.
+            ``$.components.model.files['data.bin'].size``, a tree path such as
+            ``$.w[3]``, or a ZIP structure field such as
+            ``central directory entry 2: compression method``.
+        section: the spec requirement ID (``R-...``) the input violates.
     """
 
     #: Class name reported by the conformance protocol (stable across versions).

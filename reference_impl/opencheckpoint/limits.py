@@ -1,28 +1,49 @@
-"""Limits every reader enforces before trusting a number read from a file (spec "Limits").
+"""Limits every reader enforces before trusting a number read from a file (spec §14 "Limits").
 
 They are module constants, not knobs: a checkpoint is portable only if every
-conforming reader accepts it, so the limits are part of the format.
+conforming reader accepts it, so the limits are part of the format. Each
+constant names the requirement that states it.
+
+>>> TREE_MAX_DEPTH, JSON_MAX_DEPTH
+(128, 64)
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+#: R-LIM-1
 MANIFEST_MAX_BYTES: Final = 64 * 1024 * 1024
+#: R-LIM-2
+VALUE_JSON_MAX_BYTES: Final = 64 * 1024 * 1024
+#: R-LIM-3 (each object or array counts 1; the top-level value is at depth 1)
 JSON_MAX_DEPTH: Final = 64
-#: I-JSON: integers outside +-(2**53 - 1) are not interoperable.
+#: R-LIM-4: integers outside +-(2**53 - 1) are not interoperable (I-JSON).
 JSON_MAX_SAFE_INT: Final = 2**53 - 1
+#: R-LIM-5
 MAX_COMPONENTS: Final = 100_000
+#: R-LIM-6
 MAX_FILES: Final = 1_000_000
+#: R-LIM-7 (bytes)
 PATH_MAX_BYTES: Final = 1024
-SEGMENT_MAX_CHARS: Final = 128
+#: R-LIM-8 (bytes)
+SEGMENT_MAX_BYTES: Final = 128
+SEGMENT_MAX_CHARS: Final = SEGMENT_MAX_BYTES
+#: R-LIM-9
 TREE_MAX_BYTES: Final = 1024 * 1024 * 1024
+#: R-LIM-10
 TREE_MAX_DEPTH: Final = 128
+#: R-LIM-11
 TREE_MAX_NODES: Final = 10_000_000
+#: R-LIM-12
 TREE_MAX_STR_BYTES: Final = 256 * 1024 * 1024
+#: R-LIM-13
 ARRAY_MAX_NDIM: Final = 64
-#: Byte lengths and offsets are signed 64-bit on every platform we care about.
+#: R-LIM-14 (a dimension may be at most this)
+ARRAY_MAX_DIM: Final = 2**63 - 1
+#: R-LIM-15 / R-LIM-16: products and nbytes must stay below 2**63.
 ARRAY_MAX_NBYTES: Final = 2**63 - 1
+#: R-LIM-17
 ARCHIVE_MAX_MEMBERS: Final = MAX_FILES + 1
 #: Every array starts at a multiple of this (and so does every archive member's data).
 ALIGNMENT: Final = 64

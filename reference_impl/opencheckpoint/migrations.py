@@ -15,7 +15,7 @@ tests exercise the mechanism with a test-only chain:
 >>> chain.migrate_manifest({"format_version": 3})
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than this reader's 2; upgrade opencheckpoint [R-VER-2]
+opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than the highest this reader supports (2); upgrade opencheckpoint [R-VER-3]
 """
 
 from __future__ import annotations
@@ -86,19 +86,19 @@ class MigrationChainRunner:
         if not isinstance(version, int) or isinstance(version, bool):
             raise UnsupportedVersion(
                 f"format_version {version!r} is not an integer", file="manifest.json",
-                field="$.format_version", section="R-VER-1",
+                field="$.format_version", section="R-VER-2",
             )
         if version > self.current_version:
             raise UnsupportedVersion(
-                f"checkpoint format_version {version} is newer than this reader's {self.current_version}; "
-                "upgrade opencheckpoint",
-                file="manifest.json", field="$.format_version", section="R-VER-2",
+                f"checkpoint format_version {version} is newer than the highest this reader supports "
+                f"({self.current_version}); upgrade opencheckpoint",
+                file="manifest.json", field="$.format_version", section="R-VER-3",
             )
         if version < self.oldest_version:
             raise UnsupportedVersion(
                 f"checkpoint format_version {version} is older than the oldest this reader migrates "
-                f"({self.oldest_version}; current {self.current_version})",
-                file="manifest.json", field="$.format_version", section="R-VER-3",
+                f"({self.oldest_version}; highest supported {self.current_version})",
+                file="manifest.json", field="$.format_version", section="R-VER-4",
             )
         return self.steps[version - self.oldest_version :]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .limits import JSON_MAX_SAFE_INT
 from .paths import NAME_PATTERN
@@ -30,7 +30,7 @@ PATH_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0
 BUILTIN_KINDS: Final = ("tree", "json", "files")
 KIND_PATTERN: Final = r"^(tree|json|files|[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+)$"
 EXTENSION_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$"
-TIMESTAMP_PATTERN: Final = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$"
+TIMESTAMP_PATTERN: Final = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$"
 ID_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
 
 Size = Annotated[int, Field(ge=0, le=JSON_MAX_SAFE_INT)]
@@ -82,7 +82,7 @@ class Extension(_Document):
 
     version: int = Field(ge=1, le=JSON_MAX_SAFE_INT, description="Version of the extension.")
     must_understand: bool = Field(description="True: a reader that does not implement it must reject the checkpoint.")
-    data: Any = Field(default=None, description="Extension-defined JSON value.")
+    data: Any = Field(description="Extension-defined JSON value (required, may be null).")
 
 
 class Producer(_Document):
@@ -121,21 +121,48 @@ class MigrationStepDeclaration(_Document):
 
     model_config = ConfigDict(title="OpenCheckpoint migration step", extra="forbid", strict=True, frozen=True)
 
-    from_version: int = Field(ge=0)
-    to_version: int = Field(ge=1)
-    description: str = Field(min_length=1)
-    payload_kinds: list[str] = Field(
-        default_factory=list, description="Component kinds whose payload this step also rewrites."
+    from_version: int = Field(ge=1, description="Entry i goes from version i + 1 (R-VER-12).")
+    to_version: int = Field(ge=2, description="Entry i goes to version i + 2 (R-VER-12).")
+    description: str = Field(min_length=1, description="What the step changes (R-VER-13).")
+    payload_kinds: list[Annotated[str, Field(pattern=KIND_PATTERN)]] = Field(
+        description="Distinct component kinds whose payload this step also rewrites (R-VER-14)."
     )
+
+    @model_validator(mode="after")
+    def _distinct_kinds(self) -> MigrationStepDeclaration:
+        if len(set(self.payload_kinds)) != len(self.payload_kinds):
+            raise ValueError("payload_kinds must be distinct (R-VER-14)")
+        return self
 
 
 class MigrationChain(_Document):
-    """The declared chain: steps k -> k+1 that bring an older file to ``current_version``."""
+    """The declared chain: steps k -> k+1 that bring every older version 1..N-1 to ``current_version`` N.
+
+    >>> MigrationChain(current_version=1, steps=[]).current_version
+    1
+    >>> from pydantic import ValidationError
+    >>> try:
+    ...     MigrationChain(current_version=2, steps=[])
+    ... except ValidationError as exc:
+    ...     print(exc.errors()[0]["msg"])
+    Value error, steps has 0 entries, current_version - 1 = 1 (R-VER-10)
+    """
 
     model_config = ConfigDict(title="OpenCheckpoint migration chain", extra="forbid", strict=True, frozen=True)
 
-    current_version: int = Field(ge=1)
-    steps: list[MigrationStepDeclaration]
+    current_version: int = Field(ge=1, description="The highest format version supported (R-VER-9).")
+    steps: list[MigrationStepDeclaration] = Field(description="Exactly current_version - 1 steps, in order.")
+
+    @model_validator(mode="after")
+    def _contiguous(self) -> MigrationChain:
+        if len(self.steps) != self.current_version - 1:
+            raise ValueError(f"steps has {len(self.steps)} entries, current_version - 1 = "
+                             f"{self.current_version - 1} (R-VER-10)")
+        for index, step in enumerate(self.steps):
+            if (step.from_version, step.to_version) != (index + 1, index + 2):
+                raise ValueError(f"steps[{index}] goes {step.from_version} -> {step.to_version}, expected "
+                                 f"{index + 1} -> {index + 2} (R-VER-12)")
+        return self
 
 
 #: Document name -> model; the schema file is ``<name>.schema.json``.

@@ -1,11 +1,18 @@
-"""Path rules (spec "Paths"): every name read from a file is checked here before use.
+"""Path rules (spec §4 "Paths"): every name read from a file is checked here before use.
+
+Lengths are checked before the grammar (R-LIM-7, R-LIM-8, then R-PATH-n), so a
+129-byte segment is a :class:`LimitExceeded`, not an :class:`UnsafePath`.
 
 >>> check_relative_path("components/model/data.bin")
 'components/model/data.bin'
 >>> check_relative_path("../etc/passwd")
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.UnsafePath: UnsafePath: path segment '..' is not allowed (segments match ^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$) [R-PATH-2]
+opencheckpoint.errors.UnsafePath: UnsafePath: path segment '..' does not match ^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$ [R-PATH-1]
+>>> check_relative_path("a" * 129)
+Traceback (most recent call last):
+...
+opencheckpoint.errors.LimitExceeded: LimitExceeded: a path segment is 129 bytes, limit 128 [R-LIM-8]
 """
 
 from __future__ import annotations
@@ -13,57 +20,88 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .errors import LimitExceeded, UnsafePath
-from .limits import PATH_MAX_BYTES
+from .errors import CheckpointError, LimitExceeded, UnsafePath
+from .limits import PATH_MAX_BYTES, SEGMENT_MAX_BYTES
 
 SEGMENT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
-_SEGMENT = re.compile(SEGMENT_PATTERN)
-#: Component names follow the same rule as one path segment.
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
+#: Component names follow the same rule as one path segment (R-CMP-1).
 NAME_PATTERN = SEGMENT_PATTERN
+_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_fold(text: str) -> str:
+    """ASCII case folding (spec §2.4): A-Z -> a-z, every other character unchanged."""
+    return text.translate(_FOLD)
+
+
+def _byte_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def path_limit_error(path: object) -> LimitExceeded | None:
+    """R-LIM-7 / R-LIM-8 for one path (``None`` when within the limits or not a string)."""
+    if not isinstance(path, str):
+        return None
+    size = _byte_length(path)
+    if size > PATH_MAX_BYTES:
+        return LimitExceeded(f"path is {size} bytes, limit {PATH_MAX_BYTES}", section="R-LIM-7")
+    for segment in path.split("/"):
+        size = _byte_length(segment)
+        if size > SEGMENT_MAX_BYTES:
+            return LimitExceeded(f"a path segment is {size} bytes, limit {SEGMENT_MAX_BYTES}", section="R-LIM-8")
+    return None
+
+
+def path_grammar_error(path: object, requirement: str) -> UnsafePath | None:
+    """The segment grammar for one path, reported under ``requirement`` (R-PATH-1, -2 or -5)."""
+    if not isinstance(path, str):
+        return UnsafePath(f"path {path!r} is not a string", section=requirement)
+    for segment in path.split("/"):
+        if not _SEGMENT.fullmatch(segment):
+            return UnsafePath(f"path segment {segment!r} does not match {SEGMENT_PATTERN}", section=requirement)
+    return None
 
 
 def check_segment(segment: str) -> str:
-    """Raise :class:`UnsafePath` unless ``segment`` is one allowed path segment."""
+    """Raise :class:`UnsafePath` unless ``segment`` is one allowed path segment (or component name)."""
     if not isinstance(segment, str) or not _SEGMENT.fullmatch(segment):
-        raise UnsafePath(
-            f"path segment {segment!r} is not allowed (segments match {SEGMENT_PATTERN})",
-            section="R-PATH-2",
-        )
+        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", section="R-PATH-1")
     return segment
 
 
-def check_relative_path(path: str) -> str:
-    """Check a relative POSIX path from a manifest or archive and return it unchanged."""
-    if not isinstance(path, str) or not path:
-        raise UnsafePath(f"path {path!r} is empty or not a string", section="R-PATH-1")
-    if len(path.encode("utf-8", "surrogatepass")) > PATH_MAX_BYTES:
-        raise LimitExceeded(
-            f"path is {len(path.encode('utf-8', 'surrogatepass'))} bytes, limit {PATH_MAX_BYTES}",
-            section="R-LIM-6",
-        )
-    if path.startswith("/") or "\\" in path:
-        raise UnsafePath(f"path {path!r} is absolute or uses '\\'", section="R-PATH-1")
-    for segment in path.split("/"):
-        check_segment(segment)
+def check_relative_path(path: str, requirement: str = "R-PATH-1") -> str:
+    """Check lengths, then the grammar, of one path; return it unchanged."""
+    error: CheckpointError | None = path_limit_error(path) or path_grammar_error(path, requirement)
+    if error is not None:
+        raise error
     return path
 
 
-def check_no_conflicts(paths: Iterable[str]) -> None:
-    """Reject paths equal after ASCII case folding, and a file that is also a directory prefix."""
+def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
+    """R-PATH-3 (equal after ASCII case folding) and R-PATH-4 (a file is also a directory prefix)."""
+    errors: list[UnsafePath] = []
     folded: dict[str, str] = {}
     for path in paths:
-        key = path.lower()
+        key = ascii_fold(path)
         if key in folded:
-            raise UnsafePath(
-                f"paths {folded[key]!r} and {path!r} differ only in case", section="R-PATH-3"
-            )
+            errors.append(UnsafePath(f"paths {folded[key]!r} and {path!r} are equal after ASCII case folding",
+                                     section="R-PATH-3"))
+            continue
         folded[key] = path
     for key, path in folded.items():
         parts = key.split("/")
         for depth in range(1, len(parts)):
             prefix = "/".join(parts[:depth])
             if prefix in folded:
-                raise UnsafePath(
-                    f"{folded[prefix]!r} is a file and also a directory of {path!r}",
-                    section="R-PATH-4",
-                )
+                errors.append(UnsafePath(f"{folded[prefix]!r} is a file and also a directory of {path!r}",
+                                         section="R-PATH-4"))
+                break
+    return errors
+
+
+def check_no_conflicts(paths: Iterable[str]) -> None:
+    """Raise the first R-PATH-3 / R-PATH-4 conflict among ``paths``."""
+    errors = conflict_errors(paths)
+    if errors:
+        raise errors[0]

@@ -1,10 +1,14 @@
 """Reading checkpoints: :func:`open_checkpoint` (lazy) and :func:`read_component` (eager).
 
-Arrays are memory-mapped from ``data.bin`` (or from the archive, in place).
-Nothing from the data file is read before the tree document has been
-verified and the whole layout checked; each array is verified (CRC-32C)
-the first time its bytes are read, one 1 MiB chunk at a time while the
-chunk is hot in cache.
+Opening runs steps 1-11 of the spec's validation order (§15): locate the
+checkpoint (with the ``.NAME.oc-old-*`` fallback), check the container,
+verify and parse the manifest, check every path, the inventory and every
+file size. Decoding one component runs steps 12-15 for it: kind, the
+payload file's size limit and CRC-32C, the tree document, the array
+layout. Arrays are memory-mapped from ``data.bin`` (or from the archive,
+in place); each is verified (CRC-32C, then bool bytes) the first time its
+bytes are delivered, one 1 MiB chunk at a time while the chunk is hot in
+cache.
 
 >>> import numpy as np, tempfile, os
 >>> from opencheckpoint import Checkpoint
@@ -21,24 +25,37 @@ array([0., 1., 2., 3.])
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
-from .container.base import Source, open_source
+from .container.base import Source, check_locatable, is_staging_name, old_candidates, open_source
 from .dtypes import numpy_dtype
 from .errors import (
     ArrayLayoutError,
     CheckpointError,
+    ExtraFile,
+    IncompatibleComponent,
     IntegrityError,
+    LimitExceeded,
+    MissingFile,
+    NotACheckpoint,
     UnknownComponentKind,
     UnsupportedVersion,
 )
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c
-from .manifest import KIND_VERSIONS, ParsedManifest, parse_manifest
+from .limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
+from .manifest import (
+    KIND_VERSIONS,
+    MANIFEST_NAME,
+    UNDERSTOOD_EXTENSIONS,
+    ParsedManifest,
+    field_of,
+    parse_manifest,
+)
 from .models import ComponentRecord
 from .strict_json import parse_ijson
 from .tree.decode import DecodedTree, decode_tree, materialize
@@ -71,13 +88,13 @@ def _check_crc(crc: int, ref: ArrayRef, file: str) -> None:
     if crc != ref.crc32c:
         raise IntegrityError(
             f"array crc32c mismatch: stored {format_crc32c(ref.crc32c)}, computed {format_crc32c(crc)}",
-            file=file, field=ref.path, section="R-CHK-6")
+            file=file, field=ref.path, section="R-ARR-14")
 
 
 def _check_bool(array: np.ndarray, ref: ArrayRef, file: str) -> None:
     if ref.dtype == "bool" and ref.nbytes and array.reshape(-1).view(np.uint8).max() > 1:
-        raise ArrayLayoutError("a bool array holds a byte other than 0x00 or 0x01", file=file, field=ref.path,
-                               section="R-ARR-11")
+        raise ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
+                               section="R-ARR-13")
 
 
 class LazyArray:
@@ -131,17 +148,33 @@ def array_view(data_map: memoryview, ref: ArrayRef) -> np.ndarray:
 
 
 class CheckpointReader:
-    """An open checkpoint: the verified manifest, and components read on demand."""
+    """An open checkpoint: the verified manifest, and components read on demand.
 
-    def __init__(self, path: str | os.PathLike[str], *, understood_extensions: tuple[str, ...] = ()) -> None:
+    ``issues``, if given, receives every further error of the steps that can
+    report several (manifest members and paths, inventory, file sizes) when
+    opening fails; the first error is raised. ``check_files=False`` stops after
+    the manifest and paths (steps 1-9), for tools that describe a checkpoint
+    from its metadata alone; decoding a component still checks its files.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        understood_extensions: Collection[str] | Mapping[str, int] = UNDERSTOOD_EXTENSIONS,
+        issues: list[CheckpointError] | None = None,
+        check_files: bool = True,
+    ) -> None:
         self.path = Path(path)
-        self.source: Source = open_source(self.path)
-        try:
-            self.parsed: ParsedManifest = parse_manifest(
-                self.source.read_manifest(), understood_extensions=understood_extensions)
-        except CheckpointError:
-            self.source.close()
-            raise
+        self._understood = understood_extensions
+        if is_staging_name(self.path):
+            raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(self.path),
+                                 section="R-PUB-12")
+        if os.path.exists(self.path):
+            self.location = self.path
+            self.source, self.parsed = _open_at(self.path, understood_extensions, issues, check_files)
+            return
+        self.location, self.source, self.parsed = _open_fallback(self.path, understood_extensions)
 
     # -- metadata -------------------------------------------------------------
     @property
@@ -164,35 +197,49 @@ class CheckpointReader:
         return f"{record.path}/{rel}"
 
     def read_small(self, name: str, rel: str) -> bytes:
-        """Read one whole file of a component and verify its size and CRC-32C."""
+        """Step 13: read one whole file of a component, checking its size limit and CRC-32C."""
         record = self.record(name)
         entry = record.files[rel]
         full = self._file(record, rel)
+        where = field_of("components", name, "files", rel)
+        limit = {"tree.msgpack": (TREE_MAX_BYTES, "R-LIM-9"), "value.json": (VALUE_JSON_MAX_BYTES, "R-LIM-2")}
+        if record.kind in ("tree", "json") and rel in limit and entry.size > limit[rel][0]:
+            raise LimitExceeded(f"{rel} is {entry.size} bytes, limit {limit[rel][0]}", file=full,
+                                field=where + ".size", section=limit[rel][1])
         data = self.source.read_file(full, entry.size)
         computed = format_crc32c(crc32c_of(data))
         if computed != entry.crc32c:
             raise IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed {computed}", file=full,
-                                 field="crc32c", section="R-CHK-5")
+                                 field=where + ".crc32c", section="R-CHK-7")
         return data
 
-    def _check_kind(self, name: str, kind: str) -> ComponentRecord:
+    def check_kind(self, name: str, kind: str | None = None) -> ComponentRecord:
+        """Step 12: R-CMP-21 (kind not implemented), R-CMP-19 (kind_version too new)."""
         record = self.record(name)
-        if record.kind != kind:
-            raise UnknownComponentKind(f"component {name!r} is a {record.kind!r} component, not {kind!r}",
-                                       file="manifest.json", field=f"$.components.{name}.kind", section="R-CMP-5")
-        if record.kind_version > KIND_VERSIONS[kind]:
+        where = field_of("components", name)
+        if record.kind not in KIND_VERSIONS:
+            raise UnknownComponentKind(f"component {name!r} has kind {record.kind!r}, which this reader does not "
+                                       "implement", file=MANIFEST_NAME, field=where + ".kind", section="R-CMP-21")
+        if record.kind_version > KIND_VERSIONS[record.kind]:
             raise UnsupportedVersion(
-                f"{kind} kind_version {record.kind_version} is newer than this reader's {KIND_VERSIONS[kind]}",
-                file="manifest.json", field=f"$.components.{name}.kind_version", section="R-CMP-6")
+                f"{record.kind} kind_version {record.kind_version} is newer than the highest this reader "
+                f"supports ({KIND_VERSIONS[record.kind]})",
+                file=MANIFEST_NAME, field=where + ".kind_version", section="R-CMP-19")
+        if kind is not None and record.kind != kind:
+            raise IncompatibleComponent(f"component {name!r} is a {record.kind!r} component, not {kind!r}",
+                                        file=MANIFEST_NAME, field=where + ".kind")
         return record
+
+    _check_kind = check_kind
 
     # -- tree components -----------------------------------------------------------
     def decoded_tree(self, name: str) -> tuple[DecodedTree, memoryview, str]:
-        """The verified tree document, the data file map, and the data file's path."""
-        record = self._check_kind(name, "tree")
+        """Steps 12-15: the verified tree document, the data file map, and the data file's path."""
+        record = self.check_kind(name, "tree")
         tree_file = self._file(record, "tree.msgpack")
+        data = self.read_small(name, "tree.msgpack")
         try:
-            decoded = decode_tree(self.read_small(name, "tree.msgpack"))
+            decoded = decode_tree(data)
         except CheckpointError as exc:
             raise exc.at(file=tree_file) from None
         data_file = self._file(record, "data.bin")
@@ -200,7 +247,7 @@ class CheckpointReader:
         try:
             check_layout(decoded.arrays, size)
         except CheckpointError as exc:
-            raise exc.at(file=data_file) from None
+            raise exc.at(file=tree_file) from None
         data_map = self.source.map_file(data_file, size)
         return decoded, data_map, data_file
 
@@ -229,14 +276,16 @@ class CheckpointReader:
     ) -> Any:
         """Decode a component fully into ``framework`` objects.
 
+        ``tree`` components give their tree, ``json`` components their JSON
+        value, ``files`` components a dict of relative name -> verified bytes.
         ``copy=False`` returns read-only views into the map (NumPy only);
         ``verify=False`` skips the per-array CRC-32C (an explicit opt-out).
         """
-        record = self.record(name)
+        record = self.check_kind(name)
         if record.kind == "json":
             return self.json(name)
-        if record.kind != "tree":
-            self._check_kind(name, "tree")
+        if record.kind == "files":
+            return dict(self.iter_files(name, verify=verify))
         fw = get_framework(framework) if isinstance(framework, str) else framework
         decoded, data_map, data_file = self.decoded_tree(name)
         arrays: dict[tuple[int, int, str, tuple[int, ...]], Any] = {}
@@ -265,14 +314,19 @@ class CheckpointReader:
 
     # -- json and files components -----------------------------------------------------
     def json(self, name: str) -> Any:
-        record = self._check_kind(name, "json")
-        return parse_ijson(self.read_small(name, "value.json"), file=self._file(record, "value.json"))
+        """Steps 12-14 for a ``json`` component: its verified, strictly parsed value."""
+        record = self.check_kind(name, "json")
+        return parse_ijson(self.read_small(name, "value.json"), file=self._file(record, "value.json"),
+                           document="value")
 
-    def iter_files(self, name: str) -> Iterator[tuple[str, bytes]]:
-        """(relative name, verified bytes) of every file of a ``files`` component."""
-        record = self._check_kind(name, "files")
-        for rel in record.files:
-            yield rel, self.read_small(name, rel)
+    def iter_files(self, name: str, *, verify: bool = True) -> Iterator[tuple[str, bytes]]:
+        """(relative name, bytes) of every file of a ``files`` component, each verified (R-CHK-12)."""
+        record = self.check_kind(name, "files")
+        for rel, entry in record.files.items():
+            if verify:
+                yield rel, self.read_small(name, rel)
+            else:
+                yield rel, self.source.read_file(self._file(record, rel), entry.size)
 
     def close(self) -> None:
         self.source.close()
@@ -282,6 +336,84 @@ class CheckpointReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _raise_first(errors: list[CheckpointError], issues: list[CheckpointError] | None) -> None:
+    if errors:
+        if issues is not None:
+            issues.extend(errors[1:])
+        raise errors[0]
+
+
+def _open_at(
+    target: Path,
+    understood: Collection[str] | Mapping[str, int],
+    issues: list[CheckpointError] | None,
+    check_files: bool = True,
+) -> tuple[Source, ParsedManifest]:
+    """Steps 1-11 for a path that exists."""
+    check_locatable(target)
+    source = open_source(target)
+    try:
+        parsed = parse_manifest(source.read_manifest(), understood_extensions=understood, issues=issues)
+        if check_files:
+            check_inventory(source, parsed, issues)
+    except BaseException:
+        source.close()
+        raise
+    return source, parsed
+
+
+def check_inventory(source: Source, parsed: ParsedManifest, issues: list[CheckpointError] | None) -> None:
+    """Step 10 (entry types, listed files present, unlisted files, archive members) and step 11 (sizes)."""
+    files, errors, rejected = source.inventory()
+    listed = parsed.file_paths()
+
+    def under_rejected(rel: str) -> bool:
+        return any(rel == bad or rel.startswith(bad + "/") for bad in rejected)
+
+    for rel, (component, key) in listed.items():
+        if rel not in files and not under_rejected(rel):
+            errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
+                                      field=field_of("components", component, "files", key), section="R-CON-3"))
+    for rel in files:
+        if rel != MANIFEST_NAME and rel not in listed:
+            errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+    _raise_first(errors, issues)
+    components = parsed.manifest.components
+    for rel, (component, key) in listed.items():
+        expected = components[component].files[key].size
+        if files[rel] != expected:
+            error = IntegrityError(f"file is {files[rel]} bytes, the manifest says {expected} "
+                                   f"({'truncated' if files[rel] < expected else 'extended'})", file=rel,
+                                   field=field_of("components", component, "files", key, "size"),
+                                   section="R-CHK-6")
+            errors.append(error)
+    _raise_first(errors, issues)
+
+
+def _open_fallback(
+    target: Path, understood: Collection[str] | Mapping[str, int]
+) -> tuple[Path, Source, ParsedManifest]:
+    """R-PUB-13 / R-PUB-14: read the one ``.NAME.oc-old-*`` entry that opens cleanly."""
+    candidates = old_candidates(target)
+    opened: list[tuple[Path, Source, ParsedManifest]] = []
+    for candidate in candidates:
+        try:
+            opened.append((candidate, *_open_at(candidate, understood, None)))
+        except CheckpointError:
+            continue
+    if len(opened) == 1:
+        return opened[0]
+    for _, source, _ in opened:
+        source.close()
+    if os.path.exists(target):  # the replacement may have completed in between
+        return (target, *_open_at(target, understood, None))
+    if not candidates:
+        raise NotACheckpoint("no such file or directory", file=str(target), section="R-PUB-10")
+    raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
+                         f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
+                         section="R-PUB-14")
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:

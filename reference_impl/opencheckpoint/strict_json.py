@@ -1,73 +1,91 @@
-"""Strict I-JSON (RFC 7493) parsing and canonical writing for every JSON document of the format.
+"""Strict I-JSON (RFC 7493) parsing for every JSON document of the format (spec §5.1).
 
 The standard library parser accepts duplicate keys (last wins), ``NaN`` and
-``Infinity``, lone surrogates and unbounded nesting; each is a way for two
-readers to see different documents, so each is rejected here.
+``Infinity``, lone surrogates, numbers that overflow binary64 and unbounded
+nesting; each is a way for two readers to see different documents, so each
+is rejected here with the requirement it breaks.
+
+The same rules apply to ``value.json`` (R-CMP-18); there the error names
+R-CMP-18 and the manifest rule it applies.
 
 >>> parse_ijson(b'{"a": 1}', file="manifest.json")
 {'a': 1}
 >>> parse_ijson(b'{"a": 1, "a": 2}', file="manifest.json")
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.ManifestError: ManifestError: manifest.json: $: duplicate member name 'a' [R-MAN-2]
+opencheckpoint.errors.ManifestError: ManifestError: manifest.json: $: duplicate member name 'a' [R-MAN-4]
+>>> parse_ijson(b'[9007199254740992]', file="manifest.json")
+Traceback (most recent call last):
+...
+opencheckpoint.errors.LimitExceeded: LimitExceeded: manifest.json: $: integer 9007199254740992 is outside +-(2**53-1) [R-LIM-4]
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from .errors import LimitExceeded, ManifestError
+from .errors import CheckpointError, LimitExceeded, ManifestError
 from .limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
+
+#: Longest decimal integer token that can be within R-LIM-4 ("-" excluded): 9007199254740991.
+_MAX_INT_DIGITS = len(str(JSON_MAX_SAFE_INT))
 
 
 class _Reject(Exception):
-    def __init__(self, message: str, section: str) -> None:
-        super().__init__(message)
-        self.section = section
+    def __init__(self, error: CheckpointError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _Reject(f"duplicate member name {key!r}", "R-MAN-2")
+            raise _Reject(ManifestError(f"duplicate member name {key!r}", section="R-MAN-4"))
         result[key] = value
     return result
 
 
 def _constant(name: str) -> Any:
-    raise _Reject(f"{name} is not allowed in I-JSON", "R-MAN-3")
+    raise _Reject(ManifestError(f"{name} is not a JSON token", section="R-MAN-3"))
 
 
 def _integer(text: str) -> int:
-    value = int(text)
-    if abs(value) > JSON_MAX_SAFE_INT:
-        raise _Reject(f"integer {text} is outside +-(2**53-1)", "R-MAN-4")
-    return value
+    # Length first: int() of a huge token is slow (and Python caps it at 4300 digits).
+    if len(text.lstrip("-").lstrip("0")) > _MAX_INT_DIGITS or abs(int(text)) > JSON_MAX_SAFE_INT:
+        shown = text if len(text) <= 40 else text[:20] + "..."
+        raise _Reject(LimitExceeded(f"integer {shown} is outside +-(2**53-1)", section="R-LIM-4"))
+    return int(text)
 
 
 def _float(text: str) -> float:
     value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _Reject(f"number {text} overflows binary64", "R-MAN-4")
+    if math.isinf(value):
+        shown = text if len(text) <= 40 else text[:20] + "..."
+        raise _Reject(ManifestError(f"number {shown} does not round to a finite binary64", section="R-MAN-6"))
     return value
 
 
-def _check_depth_and_strings(value: Any) -> None:
-    """Iteratively check nesting depth and that every string is valid Unicode."""
+def _too_deep() -> LimitExceeded:
+    return LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", section="R-LIM-3")
+
+
+def _walk(value: Any) -> None:
+    """Check nesting depth (R-LIM-3) and that no string holds a lone surrogate (R-MAN-5)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if isinstance(node, dict):
             if depth > JSON_MAX_DEPTH:
-                raise LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", section="R-LIM-2")
+                raise _too_deep()
             for key, item in node.items():
                 _check_string(key)
                 stack.append((item, depth + 1))
         elif isinstance(node, list):
             if depth > JSON_MAX_DEPTH:
-                raise LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", section="R-LIM-2")
+                raise _too_deep()
             stack.extend((item, depth + 1) for item in node)
         elif isinstance(node, str):
             _check_string(node)
@@ -77,35 +95,42 @@ def _check_string(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ManifestError("string contains a lone surrogate", section="R-MAN-1") from None
+        raise ManifestError("a string holds an escaped surrogate that is not part of a pair",
+                            section="R-MAN-5") from None
 
 
-def parse_ijson(data: bytes, *, file: str) -> Any:
-    """Parse UTF-8 I-JSON bytes, raising :class:`ManifestError`/:class:`LimitExceeded` with ``file``."""
+def _parse(data: bytes) -> Any:
+    if data[:3] == b"\xef\xbb\xbf":
+        raise ManifestError("starts with a byte order mark", section="R-MAN-2")
     try:
-        if data.startswith(b"\xef\xbb\xbf"):
-            raise ManifestError("starts with a byte order mark", section="R-MAN-1")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ManifestError(f"not UTF-8 ({exc.reason} at byte {exc.start})", section="R-MAN-1") from None
-        try:
-            value = json.loads(
-                text,
-                object_pairs_hook=_pairs,
-                parse_constant=_constant,
-                parse_int=_integer,
-                parse_float=_float,
-            )
-        except _Reject as exc:
-            raise ManifestError(str(exc), section=exc.section) from None
-        except RecursionError:
-            raise LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", section="R-LIM-2") from None
-        except json.JSONDecodeError as exc:
-            raise ManifestError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", section="R-MAN-1") from None
-        _check_depth_and_strings(value)
-        return value
-    except (ManifestError, LimitExceeded) as exc:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"not UTF-8 ({exc.reason} at byte {exc.start})", section="R-MAN-1") from None
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_integer,
+                           parse_float=_float)
+    except _Reject as exc:
+        raise exc.error from None
+    except RecursionError:
+        raise _too_deep() from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                            section="R-MAN-3") from None
+    _walk(value)
+    return value
+
+
+def parse_ijson(data: bytes, *, file: str, document: str = "manifest") -> Any:
+    """Parse UTF-8 I-JSON bytes; raise :class:`ManifestError`/:class:`LimitExceeded` naming ``file``.
+
+    ``document="value"`` reports encoding errors of a ``value.json`` under R-CMP-18.
+    """
+    try:
+        return _parse(data)
+    except CheckpointError as exc:
+        if document == "value" and exc.section and exc.section.startswith("R-MAN-"):
+            exc.message = f"{exc.message} (value.json must satisfy {exc.section})"
+            exc.section = "R-CMP-18"
         raise exc.at(file=file, field="$") from None
 
 

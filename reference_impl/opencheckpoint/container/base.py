@@ -1,18 +1,25 @@
-"""The reader's view of a checkpoint container, whatever its form.
+"""The reader's view of a checkpoint container, whatever its form (spec §3 and §12.3).
 
-A :class:`Source` lists files, reads small files whole and memory-maps big
-ones. :func:`open_source` picks the form and treats a missing name whose
-previous version was moved aside during a non-atomic replace (``.NAME.oc-old-*``)
-as that previous version (spec "Atomic publication").
+A :class:`Source` reads ``manifest.json`` (steps 2-3 of §15), lists every entry
+of the container (step 10) and reads or memory-maps one file at a time.
+:func:`locate` implements step 1: what a path names, and the ``.NAME.oc-old-*``
+fallback of a checkpoint caught in the middle of a non-atomic replace.
+
+>>> is_staging_name(Path("/ckpts/.step-1.oc-staging-42-abcdefgh"))
+True
 """
 
 from __future__ import annotations
 
 import abc
 import os
+import stat
 from pathlib import Path
 
-from ..errors import IntegrityError, NotACheckpoint
+from ..errors import CheckpointError, IntegrityError, NotACheckpoint
+
+STAGING_MARK = ".oc-staging-"
+OLD_MARK = ".oc-old-"
 
 
 class Source(abc.ABC):
@@ -26,11 +33,12 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def read_manifest(self) -> bytes:
-        """The bytes of ``manifest.json`` (:class:`NotACheckpoint` when there is none)."""
+        """The bytes of ``manifest.json`` (steps 2 and 3: R-CON-1, R-CON-4, R-LIM-1)."""
 
     @abc.abstractmethod
-    def list_files(self) -> dict[str, int]:
-        """Every file in the container (``manifest.json`` included) -> size; rejects symlinks and specials."""
+    def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
+        """Step 10: every regular file (``manifest.json`` included) -> size, the errors found
+        (non-regular entries, archive member rules), and the paths of rejected entries."""
 
     @abc.abstractmethod
     def read_file(self, rel: str, size: int) -> bytes:
@@ -51,35 +59,49 @@ class Source(abc.ABC):
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:
+    """R-CHK-6: a listed file whose length differs from its entry's ``size``."""
     what = "truncated" if actual < size else "extended"
     return IntegrityError(f"file is {actual} bytes, the manifest says {size} ({what})", file=rel,
-                          field="size", section="R-CHK-4")
+                          field="size", section="R-CHK-6")
 
 
-def previous_version(path: Path) -> Path | None:
-    """The moved-aside previous checkpoint of a name caught mid-replace, if any."""
-    parent = path.parent
-    prefix = f".{path.name}.oc-old-"
+def is_staging_name(path: Path) -> bool:
+    """R-PUB-12: a last segment that begins with ``.`` and contains ``.oc-staging-``."""
+    return path.name.startswith(".") and STAGING_MARK in path.name
+
+
+def old_candidates(target: Path) -> list[Path]:
+    """Entries ``.NAME.oc-old-<suffix>`` (suffix non-empty) next to ``target`` (R-PUB-13)."""
+    prefix = f".{target.name}{OLD_MARK}"
     try:
-        candidates = [parent / n for n in os.listdir(parent) if n.startswith(prefix)]
+        names = os.listdir(target.parent)
     except OSError:
-        return None
-    return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+        return []
+    return sorted(target.parent / n for n in names if n.startswith(prefix) and len(n) > len(prefix))
+
+
+def check_locatable(target: Path) -> None:
+    """R-PUB-12 and R-PUB-11 for a path that exists."""
+    if is_staging_name(target):
+        raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(target),
+                             section="R-PUB-12")
+    try:
+        mode = os.stat(target).st_mode
+    except OSError as exc:
+        raise NotACheckpoint(f"cannot stat: {exc.strerror}", file=str(target), section="R-PUB-10") from None
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise NotACheckpoint("neither a directory nor a regular file", file=str(target), section="R-PUB-11")
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:
-    """Open a directory or archive checkpoint for reading."""
+    """Open an existing directory or archive checkpoint for reading (steps 1 and 2, no fallback)."""
     from .archive import ArchiveSource
     from .directory import DirectorySource
 
     target = Path(path)
-    if not target.exists():
-        fallback = previous_version(target)
-        if fallback is None:
-            raise NotACheckpoint("no such file or directory", file=str(target), section="R-PUB-5")
-        target = fallback
+    if not os.path.exists(target):
+        raise NotACheckpoint("no such file or directory", file=str(target), section="R-PUB-10")
+    check_locatable(target)
     if target.is_dir():
         return DirectorySource(target)
-    if target.is_file():
-        return ArchiveSource(target)
-    raise NotACheckpoint("neither a directory nor a regular file", file=str(target), section="R-PUB-5")
+    return ArchiveSource(target)

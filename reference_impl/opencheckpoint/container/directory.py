@@ -1,8 +1,9 @@
 """The directory form: files below the checkpoint directory, opened without following symlinks.
 
 Every path is opened one segment at a time relative to the checkpoint's
-directory descriptor with ``O_NOFOLLOW``, so a symlink anywhere inside the
-checkpoint is an :class:`UnsafePath`, never a read outside it.
+directory descriptor with ``O_NOFOLLOW``, and the inventory walks directory
+descriptors with ``lstat`` semantics (R-CON-6, R-CON-7), so a symlink anywhere
+inside the checkpoint is an :class:`UnsafePath`, never a read outside it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
-from ..limits import MANIFEST_MAX_BYTES, MAX_FILES
+from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
+from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from .base import Source, size_mismatch
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
 
 
 class DirectorySource(Source):
@@ -28,9 +30,11 @@ class DirectorySource(Source):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         try:
-            self._root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+            # The caller's path may pass through symlinks (a `latest` link): only entries below count.
+            self._root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         except OSError as exc:
-            raise NotACheckpoint(f"cannot open directory: {exc.strerror}", file=str(path)) from None
+            raise NotACheckpoint(f"cannot open directory: {exc.strerror}", file=str(path),
+                                 section="R-PUB-11") from None
 
     def close(self) -> None:
         if self._root >= 0:
@@ -63,40 +67,70 @@ class DirectorySource(Source):
 
     def read_manifest(self) -> bytes:
         try:
-            fd = self._open(MANIFEST_NAME)
-        except MissingFile:
+            info = os.stat(MANIFEST_NAME, dir_fd=self._root, follow_symlinks=False)
+        except OSError:
             raise NotACheckpoint("no manifest.json: not a checkpoint (or an unfinished one)",
-                                 file=str(self.path), section="R-PUB-5") from None
+                                 file=str(self.path), section="R-CON-1") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.path),
+                                 section="R-CON-1")
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePath("manifest.json is a symlink or a special file", file=MANIFEST_NAME,
+                             section="R-CON-4")
+        if info.st_size > MANIFEST_MAX_BYTES:
+            raise LimitExceeded(f"manifest is {info.st_size} bytes, limit {MANIFEST_MAX_BYTES}",
+                                file=MANIFEST_NAME, section="R-LIM-1")
+        fd = self._open(MANIFEST_NAME)
         try:
             size = os.fstat(fd).st_size
             if size > MANIFEST_MAX_BYTES:
                 raise LimitExceeded(f"manifest is {size} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
                                     section="R-LIM-1")
-            return _read_all(fd, size)
+            return _read_all(fd, size, MANIFEST_NAME)
         finally:
             os.close(fd)
 
-    def list_files(self) -> dict[str, int]:
+    def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
         found: dict[str, int] = {}
-        stack = [""]
-        while stack:
-            prefix = stack.pop()
-            with os.scandir(self.path / prefix if prefix else self.path) as entries:
-                for entry in entries:
-                    rel = f"{prefix}{entry.name}"
-                    if entry.is_symlink():
-                        raise UnsafePath("symlinks are not allowed in a checkpoint", file=rel, section="R-CON-4")
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(rel + "/")
-                    elif entry.is_file(follow_symlinks=False):
-                        found[rel] = entry.stat(follow_symlinks=False).st_size
-                        if len(found) > MAX_FILES + 1:
-                            raise LimitExceeded(f"more than {MAX_FILES} files", file=str(self.path),
-                                                section="R-LIM-4")
-                    else:
-                        raise UnsafePath("special files are not allowed in a checkpoint", file=rel,
-                                         section="R-CON-4")
-        return found
+        errors: list[CheckpointError] = []
+        rejected: list[str] = []
+        stack: list[tuple[str, int]] = [("", os.dup(self._root))]
+        try:
+            while stack:
+                prefix, fd = stack.pop()
+                try:
+                    with os.scandir(fd) as entries:
+                        listing = sorted((entry.name, entry) for entry in entries)
+                    for name, entry in listing:
+                        rel = f"{prefix}{name}"
+                        if entry.is_symlink():
+                            errors.append(UnsafePath("symbolic links are not allowed in a checkpoint", file=rel,
+                                                     section="R-CON-4"))
+                            rejected.append(rel)
+                        elif entry.is_dir(follow_symlinks=False):
+                            try:
+                                stack.append((rel + "/", os.open(name, _DIR_FLAGS, dir_fd=fd)))
+                            except OSError as exc:
+                                errors.append(UnsafePath(f"cannot open directory: {exc.strerror}", file=rel,
+                                                         section="R-CON-4"))
+                                rejected.append(rel)
+                        elif entry.is_file(follow_symlinks=False):
+                            found[rel] = entry.stat(follow_symlinks=False).st_size
+                            if len(found) > ARCHIVE_MAX_MEMBERS:
+                                # More files than any manifest can list (R-LIM-6): some are unlisted.
+                                errors.append(ExtraFile("more files than a manifest can list", file=rel,
+                                                        section="R-CON-2"))
+                                return found, errors, rejected
+                        else:
+                            errors.append(UnsafePath("special files (device, FIFO, socket) are not allowed",
+                                                     file=rel, section="R-CON-4"))
+                            rejected.append(rel)
+                finally:
+                    os.close(fd)
+        finally:
+            for _, fd in stack:
+                os.close(fd)
+        return found, errors, rejected
 
     def read_file(self, rel: str, size: int) -> bytes:
         fd = self._open(rel)
@@ -104,7 +138,7 @@ class DirectorySource(Source):
             actual = os.fstat(fd).st_size
             if actual != size:
                 raise size_mismatch(rel, actual, size)
-            return _read_all(fd, size)
+            return _read_all(fd, size, rel)
         finally:
             os.close(fd)
 
@@ -116,20 +150,26 @@ class DirectorySource(Source):
                 raise size_mismatch(rel, actual, size)
             if size == 0:
                 return memoryview(b"")
-            return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+            try:
+                return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+            except (OSError, ValueError) as exc:
+                raise MissingFile(f"cannot map: {exc}", file=rel, section="R-CON-3") from None
         finally:
             os.close(fd)
 
 
-def _read_all(fd: int, size: int) -> bytes:
+def _read_all(fd: int, size: int, rel: str) -> bytes:
     buffer = bytearray(size)
     view = memoryview(buffer)
     position = 0
-    while position < size:
-        count = os.readv(fd, [view[position:]])
-        if count == 0:
-            break
-        position += count
+    try:
+        while position < size:
+            count = os.readv(fd, [view[position:]])
+            if count == 0:
+                break
+            position += count
+    except OSError as exc:
+        raise MissingFile(f"cannot read: {exc.strerror}", file=rel, section="R-CON-3") from None
     if position != size:
-        raise size_mismatch("(file)", position, size)
+        raise size_mismatch(rel, position, size)
     return buffer  # type: ignore[return-value]  # bytearray: no second copy

@@ -86,7 +86,7 @@ class TreePlan:
         if isinstance(value, np.generic):
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
-            raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, section="R-LIM-8")
+            raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, section="R-LIM-10")
         if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
             return self._dict(value, depth, path)
         if kind is list:
@@ -128,7 +128,7 @@ class TreePlan:
         raise UnsupportedValue(
             f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree "
             "(register an adapter or convert it to arrays, dicts, lists and scalars)",
-            field=path, section="R-TREE-1",
+            field=path, section="R-WTR-3",
         )
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
@@ -141,7 +141,7 @@ class TreePlan:
             else:
                 raise UnsupportedValue(
                     f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int",
-                    field=path, section="R-TREE-7",
+                    field=path, section="R-TREE-10",
                 )
         return out
 
@@ -154,10 +154,10 @@ class TreePlan:
         expected = PRNG_IMPL_KEY_SHAPES.get(value.impl)
         data = np.asarray(value.data)
         if data.dtype != np.uint32:
-            raise UnsupportedValue(f"PRNG key data must be uint32, got {data.dtype}", field=path, section="R-TREE-12")
+            raise UnsupportedValue(f"PRNG key data must be uint32, got {data.dtype}", field=path, section="R-TREE-26")
         if expected is not None and tuple(data.shape[len(data.shape) - len(expected):]) != expected:
             raise UnsupportedValue(f"{value.impl} key data must end with shape {expected}, got {data.shape}",
-                                   field=path, section="R-TREE-12")
+                                   field=path, section="R-TREE-27" if value.impl == "threefry2x32" else "R-TREE-28")
         return [_MARK[Tag.PRNG_KEY], value.impl, self._array(data, path + ".data")]
 
     def _array(self, array: np.ndarray, path: str) -> list[Any]:
@@ -167,7 +167,7 @@ class TreePlan:
             raise exc.at(field=path) from None
         if array.ndim > ARRAY_MAX_NDIM:
             raise LimitExceeded(f"array has {array.ndim} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
-                                section="R-LIM-10")
+                                section="R-LIM-13")
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
         if not array.flags.c_contiguous:
@@ -248,7 +248,7 @@ class TreePlan:
         try:
             return msgpack.packb(self.root, use_bin_type=True, strict_types=False)
         except UnicodeEncodeError as exc:
-            raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-5") from None
+            raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-9") from None
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:

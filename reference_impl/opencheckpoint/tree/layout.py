@@ -1,14 +1,17 @@
-"""Data file layout rules (spec "Array data file"), checked before any array byte is read.
+"""Data file layout rules (spec §9, step 15 of §15), checked before any array byte is read.
 
-Order: alignment, bounds, partial overlaps (identical extents are aliases and
-must agree on the checksum), then "the extents end exactly at the end of
-the file". Zero padding is checked by :func:`check_padding` (``validate``).
+Order (each over every array before the next): the limits R-LIM-13 .. R-LIM-16
+with checked arithmetic, then R-ARR-4 (``nbytes`` = shape product x itemsize),
+then R-ARR-5 .. R-ARR-8 (alignment, empty arrays, bounds), then R-ARR-9 and
+R-ARR-10 (overlaps; identical extents are aliases and must agree on the
+checksum), then R-ARR-11 (the extents end exactly at the end of the file).
+Zero padding (R-ARR-12) is checked by :func:`check_padding` (``validate``).
 
 >>> from .nodes import ArrayRef
 >>> check_layout([ArrayRef("float32", (2,), 0, 8, 1, "$.a"), ArrayRef("float32", (2,), 32, 8, 2, "$.b")], 40)
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $.b: offset 32 is not a multiple of 64 [R-ARR-4]
+opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $.b: offset 32 is not a multiple of 64 [R-ARR-5]
 """
 
 from __future__ import annotations
@@ -17,48 +20,103 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ArrayLayoutError
-from ..limits import ALIGNMENT
+from ..dtypes import DTYPES
+from ..errors import ArrayLayoutError, CheckpointError, LimitExceeded
+from ..limits import ALIGNMENT, ARRAY_MAX_DIM, ARRAY_MAX_NDIM
 from .nodes import ArrayRef
 
+_LIMIT = 2**63
 
-def check_layout(arrays: Sequence[ArrayRef], file_size: int) -> None:
-    """Raise :class:`ArrayLayoutError` unless the arrays tile ``data.bin`` as the spec requires."""
+
+def _limit_error(ref: ArrayRef) -> CheckpointError | None:
+    if len(ref.shape) > ARRAY_MAX_NDIM:
+        return LimitExceeded(f"array has {len(ref.shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=ref.path,
+                             section="R-LIM-13")
+    for dim in ref.shape:
+        if dim > ARRAY_MAX_DIM:
+            return LimitExceeded(f"dimension {dim} exceeds 2**63-1", field=ref.path, section="R-LIM-14")
+    product = 1
+    for dim in ref.shape:
+        product *= dim
+        if product >= _LIMIT:
+            return LimitExceeded(f"running shape product of {list(ref.shape)} reaches 2**63", field=ref.path,
+                                 section="R-LIM-15")
+    if product * DTYPES[ref.dtype][0] >= _LIMIT:
+        return LimitExceeded(f"shape {list(ref.shape)} of {ref.dtype} is 2**63 bytes or more", field=ref.path,
+                             section="R-LIM-15")
+    if ref.nbytes >= _LIMIT:
+        return LimitExceeded(f"nbytes {ref.nbytes} is 2**63 or more", field=ref.path, section="R-LIM-16")
+    return None
+
+
+def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[CheckpointError]:
+    """Every violation of the first failing phase of step 15 (empty when the layout is valid)."""
+    errors = [e for e in map(_limit_error, arrays) if e is not None]
+    if errors:
+        return errors
+    for ref in arrays:
+        expected = DTYPES[ref.dtype][0]
+        for dim in ref.shape:
+            expected *= dim
+        if ref.nbytes != expected:
+            errors.append(ArrayLayoutError(f"shape {list(ref.shape)} of {ref.dtype} is {expected} bytes but "
+                                           f"nbytes is {ref.nbytes}", field=ref.path, section="R-ARR-4"))
+    if errors:
+        return errors
+    for ref in arrays:
+        if ref.offset % ALIGNMENT:
+            errors.append(ArrayLayoutError(f"offset {ref.offset} is not a multiple of {ALIGNMENT}", field=ref.path,
+                                           section="R-ARR-5"))
+        elif ref.nbytes == 0 and ref.offset != 0:
+            errors.append(ArrayLayoutError(f"an empty array has offset 0, not {ref.offset}", field=ref.path,
+                                           section="R-ARR-6"))
+        elif ref.nbytes == 0 and ref.crc32c != 0:
+            errors.append(ArrayLayoutError(f"an empty array has crc32c 0, not {ref.crc32c}", field=ref.path,
+                                           section="R-ARR-7"))
+        elif ref.offset + ref.nbytes > file_size:
+            errors.append(ArrayLayoutError(f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end "
+                                           f"of data.bin ({file_size} bytes)", field=ref.path, section="R-ARR-8"))
+    if errors:
+        return errors
     extents: dict[tuple[int, int], ArrayRef] = {}
     for ref in arrays:
         if ref.nbytes == 0:
-            if ref.offset != 0 or ref.crc32c != 0:
-                raise ArrayLayoutError("an empty array has offset 0 and crc32c 0", field=ref.path, section="R-ARR-6")
             continue
-        if ref.offset % ALIGNMENT:
-            raise ArrayLayoutError(f"offset {ref.offset} is not a multiple of {ALIGNMENT}", field=ref.path,
-                                   section="R-ARR-4")
-        if ref.offset + ref.nbytes > file_size:
-            raise ArrayLayoutError(
-                f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end of data.bin ({file_size} bytes)",
-                field=ref.path, section="R-ARR-5")
         first = extents.setdefault((ref.offset, ref.nbytes), ref)
         if first is not ref and first.crc32c != ref.crc32c:
-            raise ArrayLayoutError(f"aliases {first.path} (same bytes) but records a different crc32c",
-                                   field=ref.path, section="R-ARR-8")
+            errors.append(ArrayLayoutError(f"same extent as {first.path} (an alias) but a different crc32c",
+                                           field=ref.path, section="R-ARR-10"))
     end = 0
     previous: ArrayRef | None = None
     for (offset, nbytes), ref in sorted(extents.items()):
         if previous is not None and offset < end:
-            raise ArrayLayoutError(f"overlaps {previous.path} without being the same extent", field=ref.path,
-                                   section="R-ARR-7")
-        end = max(end, offset + nbytes)
-        previous = ref
+            errors.append(ArrayLayoutError(f"overlaps {previous.path} without being the same extent",
+                                           field=ref.path, section="R-ARR-9"))
+        if offset + nbytes >= end:
+            end, previous = offset + nbytes, ref
+    if errors:
+        return errors
     if end != file_size:
-        raise ArrayLayoutError(f"data.bin is {file_size} bytes but its arrays end at {end}", field="$",
-                               section="R-ARR-9")
+        errors.append(ArrayLayoutError(f"data.bin is {file_size} bytes but its arrays end at {end}", field="$",
+                                       section="R-ARR-11"))
+    return errors
+
+
+def check_layout(arrays: Sequence[ArrayRef], file_size: int) -> None:
+    """Raise the first violation of step 15 (see the module docstring for the order)."""
+    errors = layout_errors(arrays, file_size)
+    if errors:
+        raise errors[0]
 
 
 def check_padding(arrays: Sequence[ArrayRef], data: memoryview) -> None:
-    """Every byte of data.bin outside an array extent is zero."""
+    """R-ARR-12: every byte of data.bin outside an array extent is zero."""
     position = 0
     for offset, nbytes in sorted({(r.offset, r.nbytes) for r in arrays if r.nbytes}):
         if offset > position and np.frombuffer(data[position:offset], dtype=np.uint8).any():
-            raise ArrayLayoutError(f"padding bytes [{position}, {offset}) are not zero", field="$",
-                                   section="R-ARR-10")
+            raise ArrayLayoutError(f"padding bytes [{position}, {offset}) are not all zero", field="$",
+                                   section="R-ARR-12")
         position = max(position, offset + nbytes)
+    if position < len(data) and np.frombuffer(data[position:], dtype=np.uint8).any():
+        raise ArrayLayoutError(f"bytes after the last extent [{position}, {len(data)}) are not zero", field="$",
+                               section="R-ARR-12")

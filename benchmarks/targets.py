@@ -1,0 +1,87 @@
+"""The performance targets of DESIGN.md, as ratios of results measured in the same run.
+
+>>> from common import Result
+>>> results = [Result("b", "raw write", [1.0], 1 << 30), Result("o", "save", [1.0], 1 << 30)]
+>>> [(row.target, row.status) for row in evaluate(results, {})][:1]
+[('save >= 0.9 x raw write', 'PASS')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common import MIB, Result
+
+PEAK_ALLOWANCE_MIB = 64
+
+
+@dataclass
+class Row:
+    """One target: the measured ratio (or value), the bound, PASS/MISS (or n/a when not measured)."""
+
+    target: str
+    measured: float | None
+    bound: float
+    higher_is_better: bool = True
+    detail: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.measured is None:
+            return "n/a"
+        ok = self.measured >= self.bound if self.higher_is_better else self.measured <= self.bound
+        return "PASS" if ok else "MISS"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"target": self.target, "measured": self.measured, "bound": self.bound,
+                "higher_is_better": self.higher_is_better, "status": self.status, "detail": self.detail}
+
+
+def _by_name(results: Sequence[Result]) -> dict[str, Result]:
+    return {r.name if r.group != "tiny arrays" else f"tiny {r.name}": r for r in results}
+
+
+def _speed_ratio(found: dict[str, Result], ours: str, theirs: str) -> tuple[float | None, str]:
+    a, b = found.get(ours), found.get(theirs)
+    if a is None or b is None:
+        return None, "not measured"
+    return b.seconds / a.seconds, f"{a.name} {a.seconds * 1e3:.1f} ms vs {b.name} {b.seconds * 1e3:.1f} ms"
+
+
+def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> list[Row]:
+    """Every target of DESIGN.md "Performance targets" with its measured ratio."""
+    found = _by_name(results)
+    rows: list[Row] = []
+
+    def speed(target: str, ours: str, theirs: str, bound: float) -> None:
+        measured, detail = _speed_ratio(found, ours, theirs)
+        rows.append(Row(target, measured, bound, detail=detail))
+
+    speed("save >= 0.9 x raw write", "save", "raw write", 0.9)
+    speed("save >= 2 x torch.save", "save", "torch.save", 2.0)
+    speed("save >= 2 x safetensors save", "save", "safetensors save", 2.0)
+    speed("durable save >= 0.9 x raw write+fsync", "save durable", "raw write+fsync", 0.9)
+    restore = "restore torch verified" if "restore torch verified" in found else "restore numpy verified"
+    speed(f"{restore} >= 0.6 x memcpy", restore, "memcpy", 0.6)
+    if "restore torch unverified" in found:
+        speed("restore torch unverified >= safetensors + load_state_dict", "restore torch unverified",
+              "safetensors + load_state_dict", 1.0)
+    speed("restore numpy unverified >= safetensors + copy into numpy", "restore numpy unverified",
+          "safetensors + copy into numpy", 1.0)
+    for kind in ("lazy open+tree", "inspect"):
+        full, small = found.get(f"{kind} (full)"), found.get(f"{kind} (1/64)")
+        if full and small:
+            rows.append(Row(f"{kind} independent of bytes (time full / time 1/64 <= 1.5)",
+                            full.seconds / small.seconds, 1.5, higher_is_better=False,
+                            detail=f"{full.seconds * 1e3:.2f} ms vs {small.seconds * 1e3:.2f} ms"))
+    speed("tiny arrays save >= 3 x safetensors", "tiny OpenCheckpoint save", "tiny safetensors save", 3.0)
+    speed("tiny arrays load >= 3 x safetensors", "tiny OpenCheckpoint load", "tiny safetensors load", 3.0)
+    for operation, report in peaks.items():
+        overhead = report["overhead"] / MIB
+        rows.append(Row(f"peak memory of {operation} <= state + {PEAK_ALLOWANCE_MIB} MiB (overhead MiB)",
+                        overhead, PEAK_ALLOWANCE_MIB, higher_is_better=False,
+                        detail=f"state {report['state_bytes'] / MIB:.0f} MiB, peak {report['peak'] / MIB:.0f} MiB, "
+                               f"base {report['base'] / MIB:.0f} MiB"))
+    return rows

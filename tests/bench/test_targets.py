@@ -1,0 +1,52 @@
+"""The benchmark's PASS/MISS verdicts follow DESIGN.md's targets (benchmarks/targets.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
+
+from common import GIB, MIB, Result  # noqa: E402
+from targets import evaluate  # noqa: E402
+
+
+def _rows(results: list[Result], peaks: dict | None = None) -> dict[str, tuple[float | None, str]]:
+    return {row.target: (row.measured, row.status) for row in evaluate(results, peaks or {})}
+
+
+def test_save_ratio_is_raw_write_time_over_save_time() -> None:
+    rows = _rows([Result("baseline", "raw write", [1.0], GIB), Result("opencheckpoint", "save", [1.25, 2.0], GIB)])
+    assert rows["save >= 0.9 x raw write"] == (0.8, "MISS")
+    rows = _rows([Result("baseline", "raw write", [1.0], GIB), Result("opencheckpoint", "save", [1.05], GIB)])
+    assert rows["save >= 0.9 x raw write"][1] == "PASS"
+
+
+def test_unmeasured_target_is_not_applicable() -> None:
+    assert _rows([])["durable save >= 0.9 x raw write+fsync"] == (None, "n/a")
+
+
+def test_torch_restore_preferred_over_numpy_when_measured() -> None:
+    results = [Result("baseline", "memcpy", [1.0], GIB), Result("o", "restore numpy verified", [10.0], GIB),
+               Result("o", "restore torch verified", [1.5], GIB)]
+    rows = _rows(results)
+    assert rows["restore torch verified >= 0.6 x memcpy"][1] == "PASS"
+    assert not any(name.startswith("restore numpy verified") for name in rows)
+
+
+def test_tiny_arrays_need_three_times_safetensors_speed() -> None:
+    results = [Result("tiny arrays", "OpenCheckpoint save", [0.1]), Result("tiny arrays", "safetensors save", [0.29]),
+               Result("tiny arrays", "OpenCheckpoint load", [0.1]), Result("tiny arrays", "safetensors load", [0.31])]
+    rows = _rows(results)
+    assert rows["tiny arrays save >= 3 x safetensors"][1] == "MISS"
+    assert rows["tiny arrays load >= 3 x safetensors"][1] == "PASS"
+
+
+def test_peak_memory_overhead_bound_is_64_mib() -> None:
+    peaks = {"load": {"overhead": 65 * MIB, "state_bytes": GIB, "peak": 2 * GIB, "base": 50 * MIB},
+             "save": {"overhead": 3 * MIB, "state_bytes": GIB, "peak": GIB, "base": 50 * MIB}}
+    rows = _rows([], peaks)
+    assert rows["peak memory of load <= state + 64 MiB (overhead MiB)"] == (65.0, "MISS")
+    assert rows["peak memory of save <= state + 64 MiB (overhead MiB)"] == (3.0, "PASS")
