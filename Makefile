@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev
 
-.PHONY: demo test venv schemas conformance-regenerate bench bench-quick fuzz docs clean
+.PHONY: demo test venv schemas conformance conformance-regenerate bench bench-quick docs clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -25,6 +25,16 @@ test: $(STAMP)
 
 schemas: $(STAMP)
 	$(VENV)/bin/opencheckpoint schema export schemas/v1
+
+# The suite against the reference CLI and the independent reader, as real subprocesses.
+conformance: $(STAMP)
+	$(VENV)/bin/opencheckpoint conformance run --reader "$(VENV)/bin/opencheckpoint conformance impl" \
+	    --writer "$(VENV)/bin/opencheckpoint conformance impl" --known-failures conformance/known-failures.json
+	$(VENV)/bin/opencheckpoint conformance run --reader conformance/independent_reader/run
+
+# Rebuild every golden case (must be byte-identical for a released version).
+conformance-regenerate: $(STAMP)
+	$(PY) conformance/generate.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 1

@@ -1,0 +1,480 @@
+"""The conformance runner: run every case against an implementation's protocol command (spec §17).
+
+Reader mode: each valid case's checkpoint must be read and rendered exactly as
+its ``expected.json`` (Appendix B.8 reader equality); each must-reject case
+must fail with exit status 1 and ``error: <expected class>: ...`` as the first
+stderr line. A crash, a hang past the timeout, a garbled error line or a wrong
+class is a failure. Cases needing a capability the implementation skips
+(``CMD capabilities``) are reported as skipped with the reason.
+
+Writer mode: the writer writes each valid, complete case's ``expected.json``
+(directory or archive form as the case); the reference reader reads the
+result, validates it and compares contents (Appendix B.8 writer equality).
+
+>>> outcome = Outcome("tree-none", "reader", "pass")
+>>> outcome.ok
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .canonical import first_difference, is_complete, render_checkpoint, writer_view
+from .models import CapabilitiesModel, CaseModel
+
+Status = Literal["pass", "fail", "skip", "known-failure"]
+
+#: Capabilities the checkout itself may lack (not declared by implementations).
+_LOCAL_CAPABILITIES = ("symlinks",)
+
+
+def default_cases_dir() -> Path:
+    """``conformance/cases/v1`` of the checkout this package is installed from (or of the working directory)."""
+    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
+        candidate = base / "conformance" / "cases" / "v1"
+        if candidate.is_dir():
+            return candidate
+    return Path("conformance/cases/v1")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case directory with its parsed ``case.json``."""
+
+    directory: Path
+    meta: CaseModel
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @property
+    def checkpoint(self) -> Path:
+        if self.meta.read_path:
+            return self.directory / self.meta.read_path
+        return self.directory / ("checkpoint.zip" if self.meta.form == "archive" else "checkpoint")
+
+    def expected(self) -> dict[str, Any]:
+        return json.loads((self.directory / "expected.json").read_text(encoding="utf-8"))
+
+
+def load_cases(directory: str | os.PathLike[str], patterns: Sequence[str] = ()) -> list[Case]:
+    """Every case under ``directory`` (sorted by id), optionally filtered by id globs."""
+    cases = []
+    for case_json in sorted(Path(directory).glob("*/case.json")):
+        meta = CaseModel.model_validate_json(case_json.read_text(encoding="utf-8"))
+        if meta.id != case_json.parent.name:
+            raise ValueError(f"{case_json}: id {meta.id!r} differs from its directory name")
+        if patterns and not any(fnmatch.fnmatch(meta.id, p) for p in patterns):
+            continue
+        cases.append(Case(case_json.parent, meta))
+    return cases
+
+
+@dataclass
+class Outcome:
+    """The result of one case in one mode."""
+
+    case: str
+    mode: Literal["reader", "writer"]
+    status: Status
+    detail: str = ""
+    spec_sections: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+@dataclass
+class Completed:
+    """What a protocol command did."""
+
+    returncode: int | None  # None: timed out
+    stdout: str
+    stderr: str
+
+
+class Command:
+    """A protocol command line (spec §17.2), run as a subprocess."""
+
+    def __init__(self, command: str | Sequence[str], *, timeout: float = 60.0) -> None:
+        self.argv = shlex.split(command) if isinstance(command, str) else list(command)
+        self.timeout = timeout
+
+    def __call__(self, *args: str) -> Completed:
+        try:
+            done = subprocess.run([*self.argv, *args], capture_output=True, timeout=self.timeout, check=False,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            return Completed(None, _text(exc.stdout), _text(exc.stderr))
+        except OSError as exc:
+            return Completed(127, "", f"cannot run {self.argv!r}: {exc}")
+        return Completed(done.returncode, _text(done.stdout), _text(done.stderr))
+
+    def __str__(self) -> str:
+        return shlex.join(self.argv)
+
+
+class InProcessCommand(Command):
+    """A protocol command implemented by a Python function, run in this process (no startup cost).
+
+    ``function(args, stdout, stderr) -> exit status`` receives the sub-command
+    and its arguments (``["read", path]``). An exception escaping it counts as
+    a crash (exit status 70). There is no timeout, and :func:`run` runs
+    in-process commands one at a time, so a function may patch module state.
+    """
+
+    def __init__(self, function: Callable[[list[str], Any, Any], int], name: str = "in-process") -> None:
+        self.function = function
+        self.argv = [name]
+        self.timeout = float("inf")
+
+    def __call__(self, *args: str) -> Completed:
+        import io
+        import traceback
+
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            code = self.function(list(args), out, err)
+        except Exception:  # a crash of the implementation under test is a result, not a runner error
+            err.write(traceback.format_exc())
+            code = 70
+        return Completed(code, out.getvalue(), err.getvalue())
+
+
+def reference_command() -> InProcessCommand:
+    """The reference implementation's protocol command, in-process."""
+    from .impl import run as impl_run
+
+    return InProcessCommand(lambda args, out, err: impl_run(args[0], args[1:], stdout=out, stderr=err),
+                            "opencheckpoint conformance impl (in-process)")
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", errors="replace")
+
+
+def capabilities_of(command: Command) -> CapabilitiesModel:
+    """Ask ``CMD capabilities``; a broken answer is an error (the run cannot be interpreted)."""
+    done = command("capabilities")
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} capabilities: exit status {done.returncode}: {done.stderr.strip()[:500]}")
+    return CapabilitiesModel.model_validate_json(done.stdout)
+
+
+def error_class_of(stderr: str) -> tuple[str | None, str]:
+    """(class, problem) from the first stderr line ``error: <Class>: <message>`` (R-RDR-12)."""
+    first = stderr.splitlines()[0] if stderr.strip() else ""
+    parts = first.split(": ", 2)
+    if len(parts) < 3 or parts[0] != "error" or not parts[1] or not parts[2].strip():
+        return None, f"first stderr line is not 'error: <ErrorClass>: <message>': {first[:200]!r}"
+    return parts[1], ""
+
+
+def _symlinks_present(case: Case) -> bool:
+    return any(p.is_symlink() for p in case.directory.rglob("*"))
+
+
+def _skip_reason(case: Case, skip: dict[str, str]) -> str | None:
+    for capability in case.meta.requires:
+        if capability in skip:
+            return f"capability {capability!r} skipped: {skip[capability]}"
+        if capability == "symlinks" and not _symlinks_present(case):
+            return "this checkout has no symbolic links (core.symlinks=false?)"
+    return None
+
+
+def run_reader_case(case: Case, command: Command, skip: dict[str, str]) -> Outcome:
+    """Run ``CMD read`` on one case and judge it."""
+    started = time.perf_counter()
+    outcome = Outcome(case.id, "reader", "pass", spec_sections=list(case.meta.spec_sections))
+    reason = _skip_reason(case, skip)
+    if reason:
+        outcome.status, outcome.detail = "skip", reason
+        return outcome
+    done = command("read", str(case.checkpoint))
+    outcome.seconds = time.perf_counter() - started
+    if done.returncode is None:
+        outcome.status, outcome.detail = "fail", f"timed out after {command.timeout:g} s"
+    elif case.meta.valid:
+        if done.returncode != 0:
+            outcome.status = "fail"
+            outcome.detail = f"rejected a valid checkpoint (exit {done.returncode}): {_first_line(done.stderr)}"
+        else:
+            try:
+                printed = json.loads(done.stdout)
+            except ValueError as exc:
+                outcome.status, outcome.detail = "fail", f"stdout is not JSON: {exc}"
+            else:
+                diff = first_difference(printed, case.expected())
+                if diff:
+                    outcome.status, outcome.detail = "fail", f"rendering differs from expected.json at {diff}"
+    else:
+        expected = case.meta.error_class
+        if done.returncode == 0:
+            outcome.status, outcome.detail = "fail", f"accepted a checkpoint that must be rejected with {expected}"
+        elif done.returncode != 1:
+            outcome.status = "fail"
+            outcome.detail = f"exit status {done.returncode} (crash?), expected 1: {_first_line(done.stderr)}"
+        else:
+            reported, problem = error_class_of(done.stderr)
+            if reported is None:
+                outcome.status, outcome.detail = "fail", problem
+            elif reported != expected:
+                outcome.status = "fail"
+                outcome.detail = f"reported {reported}, expected {expected}: {_first_line(done.stderr)}"
+            elif missing := [t for t in case.meta.message_contains if t not in _first_line(done.stderr)]:
+                outcome.status = "fail"
+                outcome.detail = f"the error message lacks {missing}: {_first_line(done.stderr)}"
+            else:
+                outcome.detail = _first_line(done.stderr)
+    return outcome
+
+
+def run_writer_case(case: Case, command: Command, skip: dict[str, str], workdir: Path) -> Outcome:
+    """Have ``CMD write`` write a valid case's content; read it back with the reference reader."""
+    started = time.perf_counter()
+    outcome = Outcome(case.id, "writer", "pass", spec_sections=list(case.meta.spec_sections))
+    reason = _skip_reason(case, skip)
+    expected = case.expected()
+    if reason is None and not is_complete(expected):
+        reason = "expected.json renders some bytes by digest only (Appendix B.6); not writable"
+    if reason:
+        outcome.status, outcome.detail = "skip", reason
+        return outcome
+    out = workdir / case.id / ("checkpoint.zip" if case.meta.form == "archive" else "checkpoint")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = command("write", str(case.directory / "expected.json"), str(out))
+    outcome.seconds = time.perf_counter() - started
+    if done.returncode is None:
+        outcome.status, outcome.detail = "fail", f"timed out after {command.timeout:g} s"
+        return outcome
+    if done.returncode != 0:
+        outcome.status = "fail"
+        outcome.detail = f"write failed (exit {done.returncode}): {_first_line(done.stderr)}"
+        return outcome
+    from ..errors import CheckpointError
+
+    try:
+        written = render_checkpoint(out)
+    except CheckpointError as exc:
+        outcome.status, outcome.detail = "fail", f"the written checkpoint is invalid: {exc}"
+        return outcome
+    if written["form"] != case.meta.form:
+        outcome.status, outcome.detail = "fail", f"wrote the {written['form']} form, expected {case.meta.form}"
+        return outcome
+    diff = first_difference(writer_view(written), writer_view(expected))
+    if diff:
+        outcome.status, outcome.detail = "fail", f"written content differs at {diff}"
+    return outcome
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else "(no stderr)"
+
+
+@dataclass
+class Report:
+    """Every outcome of a run, plus what was run."""
+
+    reader: str | None
+    writer: str | None
+    cases_dir: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "skip": 0, "known-failure": 0}
+        for o in self.outcomes:
+            out[o.status] += 1
+        return out
+
+    def by_section(self) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = {}
+        for o in self.outcomes:
+            for section in o.spec_sections:
+                row = table.setdefault(section, {"pass": 0, "fail": 0, "skip": 0, "known-failure": 0})
+                row[o.status] += 1
+        return dict(sorted(table.items(), key=lambda kv: _section_key(kv[0])))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reader": self.reader, "writer": self.writer, "cases_dir": self.cases_dir, "ok": self.ok,
+                "counts": self.counts(), "capabilities": self.capabilities,
+                "outcomes": [asdict(o) for o in self.outcomes], "by_section": self.by_section()}
+
+    def junit(self) -> ET.ElementTree:
+        suites = ET.Element("testsuites", name="opencheckpoint-conformance")
+        for mode in ("reader", "writer"):
+            items = [o for o in self.outcomes if o.mode == mode]
+            if not items:
+                continue
+            counts = {s: sum(o.status == s for o in items) for s in ("fail", "skip", "known-failure")}
+            suite = ET.SubElement(suites, "testsuite", name=f"conformance-{mode}", tests=str(len(items)),
+                                  failures=str(counts["fail"]), skipped=str(counts["skip"] + counts["known-failure"]),
+                                  errors="0", time=f"{sum(o.seconds for o in items):.3f}")
+            for o in items:
+                test = ET.SubElement(suite, "testcase", classname=f"conformance.{mode}", name=o.case,
+                                     time=f"{o.seconds:.3f}")
+                if o.status == "fail":
+                    ET.SubElement(test, "failure", message=o.detail[:500]).text = o.detail
+                elif o.status == "skip":
+                    ET.SubElement(test, "skipped", message=o.detail[:500])
+                elif o.status == "known-failure":
+                    ET.SubElement(test, "skipped", message=f"known failure: {o.detail}"[:500])
+        return ET.ElementTree(suites)
+
+
+def _section_key(section: str) -> tuple[Any, ...]:
+    if section.startswith("R-"):
+        area, _, number = section[2:].rpartition("-")
+        return (1, area, int(number) if number.isdigit() else 0)
+    return (0, tuple(int(p) if p.isdigit() else 0 for p in section.lstrip("B").split(".") if p), section)
+
+
+def run(
+    *,
+    reader: str | Sequence[str] | None,
+    writer: str | Sequence[str] | None = None,
+    cases_dir: str | os.PathLike[str] | None = None,
+    patterns: Sequence[str] = (),
+    timeout: float = 60.0,
+    jobs: int = 0,
+    known_failures: dict[str, str] | None = None,
+    progress: Callable[[Outcome], None] | None = None,
+) -> Report:
+    """Run the suite; return the :class:`Report` (nothing is printed)."""
+    directory = Path(cases_dir) if cases_dir else default_cases_dir()
+    cases = load_cases(directory, patterns)
+    report = Report(_describe(reader), _describe(writer), str(directory))
+    known = known_failures or {}
+    workers = jobs or min(8, os.cpu_count() or 1)
+    if isinstance(reader, InProcessCommand) or isinstance(writer, InProcessCommand):
+        workers = 1
+
+    def finish(outcome: Outcome) -> Outcome:
+        if outcome.status == "fail" and outcome.case in known:
+            outcome.status = "known-failure"
+            outcome.detail = f"{known[outcome.case]} | {outcome.detail}"
+        if progress:
+            progress(outcome)
+        return outcome
+
+    if reader is not None:
+        command = Command(reader, timeout=timeout) if not isinstance(reader, Command) else reader
+        caps = capabilities_of(command)
+        report.capabilities["reader"] = caps.model_dump()
+        skip = dict(caps.skip)
+        if "read" not in caps.modes:
+            raise RuntimeError(f"{command} does not declare mode 'read'")
+        with ThreadPoolExecutor(workers) as pool:
+            report.outcomes += [finish(o) for o in pool.map(lambda c: run_reader_case(c, command, skip), cases)]
+    if writer is not None:
+        command = Command(writer, timeout=timeout) if not isinstance(writer, Command) else writer
+        caps = capabilities_of(command)
+        report.capabilities["writer"] = caps.model_dump()
+        if "write" not in caps.modes:
+            raise RuntimeError(f"{command} does not declare mode 'write'")
+        skip = dict(caps.skip)
+        valid = [c for c in cases if c.meta.valid and not c.meta.read_path]
+        with tempfile.TemporaryDirectory(prefix="oc-conformance-") as tmp, ThreadPoolExecutor(workers) as pool:
+            report.outcomes += [finish(o) for o in
+                                pool.map(lambda c: run_writer_case(c, command, skip, Path(tmp)), valid)]
+    return report
+
+
+def _describe(command: str | Sequence[str] | None) -> str | None:
+    if command is None:
+        return None
+    if isinstance(command, str):
+        return command
+    return str(command) if isinstance(command, Command) else shlex.join(command)
+
+
+# -- printing ---------------------------------------------------------------------------------
+def print_report(report: Report, *, quiet: bool = False, file: Any = None) -> None:
+    """A pass/fail matrix by case and by spec section (rich tables), then a summary line."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file or sys.stdout, highlight=False, width=160)
+    style = {"pass": "green", "fail": "bold red", "skip": "yellow", "known-failure": "magenta", "-": "dim"}
+    if not quiet:
+        by_case: dict[str, dict[str, Outcome]] = {}
+        for o in report.outcomes:
+            by_case.setdefault(o.case, {})[o.mode] = o
+        table = Table("case", "reader", "writer", "detail", title="conformance cases", title_justify="left")
+        for case_id, modes in sorted(by_case.items()):
+            cells = []
+            for mode in ("reader", "writer"):
+                status = modes[mode].status if mode in modes else "-"
+                cells.append(f"[{style[status]}]{status}[/]")
+            detail = "; ".join(o.detail for o in modes.values() if o.status != "pass" and o.detail)
+            table.add_row(case_id, *cells, detail[:200], )
+        console.print(table)
+        sections = Table("section", "pass", "fail", "skip", "known", title="by spec section", title_justify="left")
+        for section, row in report.by_section().items():
+            sections.add_row(section, str(row["pass"]), f"[{style['fail']}]{row['fail']}[/]" if row["fail"] else "0",
+                             str(row["skip"]), str(row["known-failure"]))
+        console.print(sections)
+    counts = report.counts()
+    for o in report.outcomes:
+        if o.status == "known-failure":
+            console.print(f"[magenta]known failure[/] {o.mode} {o.case}: {o.detail}", markup=True)
+    verdict = "[green]PASS[/]" if report.ok else "[bold red]FAIL[/]"
+    console.print(f"{verdict}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
+                  f"{counts['known-failure']} known failures ({len({o.case for o in report.outcomes})} cases)")
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    """``opencheckpoint conformance run``; exit 0 when nothing failed, 1 otherwise, 2 on usage errors."""
+    if not args.reader and not args.writer:
+        print("error: give --reader CMD and/or --writer CMD", file=sys.stderr)
+        return 2
+    known: dict[str, str] = {}
+    if args.known_failures:
+        known = json.loads(Path(args.known_failures).read_text(encoding="utf-8"))
+    try:
+        report = run(reader=args.reader, writer=args.writer, cases_dir=args.cases, patterns=args.case,
+                     timeout=args.timeout, jobs=args.jobs, known_failures=known)
+    except (RuntimeError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    if args.junit:
+        report.junit().write(args.junit, encoding="utf-8", xml_declaration=True)
+    print_report(report, quiet=args.quiet)
+    return 0 if report.ok else 1
+
+
+def iter_outcomes(report: Report, status: Status) -> Iterable[Outcome]:
+    """Outcomes with one status (for tests and plugins)."""
+    return (o for o in report.outcomes if o.status == status)

@@ -1,0 +1,136 @@
+"""Write a checkpoint whose canonical rendering (Appendix B) is a given document.
+
+Used by ``CMD write`` of the reference implementation (spec §17.2) and by the
+case generator. The checkpoint is staged and published atomically like every
+write of the reference implementation (spec §12).
+
+>>> import tempfile, os
+>>> from opencheckpoint.conformance.canonical import render_checkpoint, renderings_equal
+>>> doc = {"rendering": 1, "form": "directory", "format_version": 1, "checkpoint_id": "doc-1",
+...        "created_at": "2026-01-01T00:00:00Z", "producer": {"name": "t", "version": "1"},
+...        "metadata": {}, "extensions": {}, "components": {"c": {"kind": "json", "kind_version": 1,
+...        "path": "components/c", "files": {}, "content": {"type": "json", "value": [1, 2.5]}}}}
+>>> out = write_rendering(doc, os.path.join(tempfile.mkdtemp(), "ckpt"))
+>>> renderings_equal(writer_view(render_checkpoint(out)), writer_view(doc))
+True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..container.archive import ArchiveWriter
+from ..container.publish import fsync_directory, fsync_tree_directories, publish, release, remove_tree, staging_path
+from ..errors import UnsupportedValue
+from ..manifest import MANIFEST_NAME, serialize_manifest
+from ..models import FORMAT_NAME
+from ..strict_json import dump_json
+from ..tree.encode import write_small_file, write_tree
+from .canonical import RenderingError, blob_bytes, node_value, writer_view
+
+__all__ = ["write_rendering", "writer_view"]
+
+
+_NO_VALUE = object()
+
+
+def _write_component(record: Mapping[str, Any], root: Path, *, durable: bool, value: Any = _NO_VALUE) -> dict[str, Any]:
+    directory = root / record["path"]
+    directory.mkdir(parents=True, exist_ok=True)
+    content = record["content"]
+    sha256 = any("sha256" in entry for entry in record.get("files", {}).values())
+    if content["type"] == "tree":
+        tree_value = node_value(content["root"]) if value is _NO_VALUE else value
+        files = write_tree(tree_value, directory, durable=durable, sha256=sha256)
+    elif content["type"] == "json":
+        data = (dump_json(content["value"]) + "\n").encode("utf-8")
+        files = {"value.json": write_small_file(directory / "value.json", data, durable=durable, sha256=sha256)}
+    else:
+        files = {}
+        for rel, entry in content["files"].items():
+            target = directory / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            files[rel] = write_small_file(target, blob_bytes(entry), durable=durable,
+                                          sha256="sha256" in record.get("files", {}).get(rel, {}))
+    out: dict[str, Any] = {"kind": record["kind"], "kind_version": record["kind_version"], "path": record["path"],
+                           "files": files}
+    for optional in ("hints", "metadata"):
+        if optional in record:
+            out[optional] = record[optional]
+    return out
+
+
+def write_rendering(
+    rendering: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    producer: Mapping[str, Any] | None = None,
+    durable: bool = True,
+    values: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``rendering`` as a checkpoint at ``path`` (archive form when it ends in ``.zip``).
+
+    ``producer`` replaces the rendering's producer (a writer names itself).
+    ``values`` maps tree component names to the values to store instead of
+    rebuilding them from the rendering (which may render big bytes by digest only).
+    """
+    target = Path(path).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = staging_path(target)
+    archive_file: Path | None = None
+    try:
+        staging.mkdir()
+        try:
+            records = {name: _write_component(record, staging, durable=durable,
+                                              value=(values or {}).get(name, _NO_VALUE))
+                       for name, record in rendering["components"].items()}
+        except RenderingError as exc:
+            raise UnsupportedValue(str(exc)) from None
+        body = {
+            "format": FORMAT_NAME,
+            "format_version": rendering["format_version"],
+            "checkpoint_id": rendering["checkpoint_id"],
+            "created_at": rendering["created_at"],
+            "producer": dict(producer if producer is not None else rendering["producer"]),
+            "metadata": rendering["metadata"],
+            "extensions": rendering["extensions"],
+            "components": records,
+        }
+        (staging / MANIFEST_NAME).write_bytes(serialize_manifest(body))
+        if durable:
+            fsync_tree_directories(staging)
+        if target.suffix != ".zip":
+            publish(staging, target, durable=durable)
+            release(staging)
+            staging = None  # type: ignore[assignment]
+        else:
+            archive_file = staging_path(target)
+            with open(archive_file, "wb") as stream:
+                zip_writer = ArchiveWriter(stream)
+                for record in records.values():
+                    for rel, entry in record["files"].items():
+                        member = f"{record['path']}/{rel}"
+                        with open(staging / member, "rb") as source:
+                            zip_writer.add(member, source, entry["size"])
+                with open(staging / MANIFEST_NAME, "rb") as source:
+                    zip_writer.add(MANIFEST_NAME, source, (staging / MANIFEST_NAME).stat().st_size)
+                zip_writer.close()
+                if durable:
+                    stream.flush()
+                    os.fsync(stream.fileno())
+            if durable:
+                fsync_directory(archive_file.parent)
+            publish(archive_file, target, durable=durable)
+            release(archive_file)
+            archive_file = None
+    finally:
+        for leftover in (staging, archive_file):
+            if leftover is not None:
+                try:
+                    remove_tree(leftover)
+                finally:
+                    release(leftover)
+    return target
