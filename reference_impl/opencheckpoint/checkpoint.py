@@ -27,19 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, resolve_adapter
-from .container.archive import ArchiveWriter
-from .container.publish import (
-    clean_stale,
-    fault_point,
-    fsync_directory,
-    fsync_tree_directories,
-    publish,
-    release,
-    remove_tree,
-    staging_path,
-)
+from .container.publish import fault_point
+from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, IncompatibleComponent, UnsupportedValue
-from .manifest import KIND_VERSIONS, MANIFEST_NAME, serialize_manifest
+from .manifest import KIND_VERSIONS, MANIFEST_NAME
 from .models import FORMAT_NAME, FORMAT_VERSION
 from .paths import check_segment
 from .reader import CheckpointReader
@@ -205,15 +196,9 @@ class Checkpoint:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(target)
-        staging = staging_path(target)
-        archive_file: Path | None = None
-        try:
-            fault_point("mkdir-staging")
-            staging.mkdir()
-            records = {name: self._save_component(name, staging) for name in names}
-            body = {
+        with StagedCheckpoint(target, form=output, durable=self.durable) as staged:
+            records = {name: self._save_component(name, staged.directory) for name in names}
+            staged.commit({
                 "format": FORMAT_NAME,
                 "format_version": FORMAT_VERSION,
                 "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
@@ -223,34 +208,7 @@ class Checkpoint:
                 "metadata": user_metadata,
                 "extensions": {},
                 "components": records,
-            }
-            fault_point("write-manifest")
-            manifest_bytes = serialize_manifest(body)
-            with open(staging / MANIFEST_NAME, "wb") as handle:
-                handle.write(manifest_bytes)
-                if self.durable:
-                    fault_point("fsync-manifest")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            if self.durable:
-                fsync_tree_directories(staging)
-            if output == "directory":
-                publish(staging, target, durable=self.durable)
-                release(staging)
-                staging = None  # type: ignore[assignment]
-            else:
-                archive_file = staging_path(target)
-                self._pack_archive(staging, archive_file, list(records.items()))
-                publish(archive_file, target, durable=self.durable)
-                release(archive_file)
-                archive_file = None
-        finally:
-            for leftover in (staging, archive_file):
-                if leftover is not None:
-                    try:
-                        remove_tree(leftover)
-                    finally:
-                        release(leftover)
+            })
         return target
 
     def _save_component(self, name: str, staging: Path) -> dict[str, Any]:
@@ -273,25 +231,6 @@ class Checkpoint:
         if writer.metadata is not None:
             record["metadata"] = writer.metadata
         return record
-
-    def _pack_archive(self, staging: Path, archive_file: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
-        fault_point("write-archive")
-        with open(archive_file, "wb") as stream:
-            writer = ArchiveWriter(stream)
-            for _, record in records:
-                for rel, entry in record["files"].items():
-                    member = f"{record['path']}/{rel}"
-                    with open(staging / member, "rb") as source:
-                        writer.add(member, source, entry["size"])
-            with open(staging / MANIFEST_NAME, "rb") as source:
-                writer.add(MANIFEST_NAME, source, (staging / MANIFEST_NAME).stat().st_size)
-            writer.close()
-            if self.durable:
-                fault_point("fsync-archive")
-                stream.flush()
-                os.fsync(stream.fileno())
-        if self.durable:
-            fsync_directory(archive_file.parent)
 
     # -- loading -------------------------------------------------------------------------
     def load(

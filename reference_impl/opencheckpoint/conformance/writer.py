@@ -22,10 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..container.archive import ArchiveWriter
-from ..container.publish import fsync_directory, fsync_tree_directories, publish, release, remove_tree, staging_path
+from ..container.staged import StagedCheckpoint
 from ..errors import UnsupportedValue
-from ..manifest import MANIFEST_NAME, serialize_manifest
 from ..models import FORMAT_NAME
 from ..strict_json import dump_json
 from ..tree.encode import write_small_file, write_tree
@@ -78,18 +76,15 @@ def write_rendering(
     rebuilding them from the rendering (which may render big bytes by digest only).
     """
     target = Path(path).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_path(target)
-    archive_file: Path | None = None
-    try:
-        staging.mkdir()
+    form = "archive" if target.suffix == ".zip" else "directory"
+    with StagedCheckpoint(target, form=form, durable=durable) as staged:
         try:
-            records = {name: _write_component(record, staging, durable=durable,
+            records = {name: _write_component(record, staged.directory, durable=durable,
                                               value=(values or {}).get(name, _NO_VALUE))
                        for name, record in rendering["components"].items()}
         except RenderingError as exc:
             raise UnsupportedValue(str(exc)) from None
-        body = {
+        staged.commit({
             "format": FORMAT_NAME,
             "format_version": rendering["format_version"],
             "checkpoint_id": rendering["checkpoint_id"],
@@ -98,39 +93,5 @@ def write_rendering(
             "metadata": rendering["metadata"],
             "extensions": rendering["extensions"],
             "components": records,
-        }
-        (staging / MANIFEST_NAME).write_bytes(serialize_manifest(body))
-        if durable:
-            fsync_tree_directories(staging)
-        if target.suffix != ".zip":
-            publish(staging, target, durable=durable)
-            release(staging)
-            staging = None  # type: ignore[assignment]
-        else:
-            archive_file = staging_path(target)
-            with open(archive_file, "wb") as stream:
-                zip_writer = ArchiveWriter(stream)
-                for record in records.values():
-                    for rel, entry in record["files"].items():
-                        member = f"{record['path']}/{rel}"
-                        with open(staging / member, "rb") as source:
-                            zip_writer.add(member, source, entry["size"])
-                with open(staging / MANIFEST_NAME, "rb") as source:
-                    zip_writer.add(MANIFEST_NAME, source, (staging / MANIFEST_NAME).stat().st_size)
-                zip_writer.close()
-                if durable:
-                    stream.flush()
-                    os.fsync(stream.fileno())
-            if durable:
-                fsync_directory(archive_file.parent)
-            publish(archive_file, target, durable=durable)
-            release(archive_file)
-            archive_file = None
-    finally:
-        for leftover in (staging, archive_file):
-            if leftover is not None:
-                try:
-                    remove_tree(leftover)
-                finally:
-                    release(leftover)
+        })
     return target
