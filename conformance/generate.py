@@ -595,20 +595,27 @@ def _(b: Builder) -> None:
 def _producer_patch() -> Iterator[None]:
     import contextlib
 
-    import opencheckpoint.checkpoint as ck
+    import importlib
+
+    # the module that writes manifest.json for Checkpoint.save (it moved once; patch wherever it is used)
+    modules = [m for m in (importlib.import_module(name) for name in
+                           ("opencheckpoint.container.staged", "opencheckpoint.checkpoint"))
+               if hasattr(m, "serialize_manifest")]
 
     @contextlib.contextmanager
     def patched() -> Iterator[None]:
-        original = ck.serialize_manifest
+        originals = [(m, m.serialize_manifest) for m in modules]
 
-        def fixed(body: Any) -> bytes:
-            return original({**body, "producer": PRODUCER})
+        for module, original in originals:
+            def fixed(body: Any, original: Callable[[Any], bytes] = original) -> bytes:
+                return original({**body, "producer": PRODUCER})
 
-        ck.serialize_manifest = fixed
+            module.serialize_manifest = fixed
         try:
             yield
         finally:
-            ck.serialize_manifest = original
+            for module, original in originals:
+                module.serialize_manifest = original
     return patched()
 
 
@@ -1635,6 +1642,202 @@ def _(b: Builder) -> None:
                         "array": np.arange(3, dtype=np.uint16),
                         "key": PRNGKeyValue("threefry2x32", np.array([1, 2], np.uint32)),
                         "dtype": DtypeValue("complex64")})})
+
+
+# -- pre-release clarifications (spec/CHANGELOG.md, 1.0.0) ----------------------------------------------
+def _zip64_end_records(raw: bytes, *, declared: int | None = None, saturate: bool = False) -> bytes:
+    """``raw`` with a ZIP64 end of central directory record and locator inserted before its end record."""
+    sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off, comment_len = struct.unpack("<IHHHHIIH", raw[-22:])
+    body = raw[:-22]
+    count = n_total if declared is None else declared
+    record = struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, cd_size, cd_off)
+    locator = struct.pack("<IIQI", 0x07064B50, 0, len(body), 1)
+    if saturate:
+        n_disk = n_total = 0xFFFF
+    return body + record + locator + struct.pack("<IHHHHIIH", sig, disk, cd_disk, n_disk, n_total, cd_size, cd_off,
+                                                 comment_len)
+
+
+@case("old-fallback-skips-incomplete", "The target is absent; of two .oc-old candidates one lacks a listed file "
+      "(it fails step 10, so it does not open) and the other opens: a reader reads the one that opens.",
+      ["R-PUB-13", "R-PUB-14", "2.3", "15"], requires=["old-fallback"], read_path="ckpt")
+def _(b: Builder) -> None:
+    broken = b.write({"f": filesc({"a.bin": b"abc", "b.bin": b"d"})}, target=b.dir / ".ckpt.oc-old-first111")
+    (broken / "components/f/b.bin").unlink()
+    b.write({"f": filesc({"a.bin": b"xyz"})}, target=b.dir / ".ckpt.oc-old-second22")
+
+
+@case("reject-old-fallback-content", "The target is absent and its only .oc-old candidate passes steps 1-11 (so it "
+      "opens) but a file's content fails its crc32c: reading it reports that error.", ["R-PUB-13", "R-CHK-7", "2.3"],
+      error="IntegrityError", requires=["old-fallback"], read_path="ckpt")
+def _(b: Builder) -> None:
+    old = b.write({"f": filesc({"a.bin": b"abc"})}, target=b.dir / ".ckpt.oc-old-Ab3dE5gH")
+    (old / "components/f/a.bin").write_bytes(b"abX")
+
+
+@case("old-fallback-archive", "The only .oc-old candidate is a regular file without a .zip suffix: its form "
+      "follows its type, so it is read as an archive.", ["R-PUB-13", "3.3"], form="archive",
+      requires=["old-fallback"], read_path="ckpt")
+def _(b: Builder) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = b.write({"w": tree(np.ones(2, np.float32))}, target=Path(tmp) / "c")
+        members = members_of(staged)
+    (b.dir / ".ckpt.oc-old-Qw3rTy7u").write_bytes(zip_bytes(members))
+
+
+@case("reject-listed-directory", "A listed file's path holds a directory (with a file in it): the listed file is "
+      "not a regular file.", ["R-CON-3", "15"], error="MissingFile")
+def _(b: Builder) -> None:
+    b.write({"f": filesc({"a.bin": b"abc", "b.bin": b"d"})})
+    (b.root / "components/f/b.bin").unlink()
+    (b.root / "components/f/b.bin").mkdir()
+    (b.root / "components/f/b.bin/inner").write_bytes(b"d")
+
+
+@case("reject-zip-manifest-compressed", "The manifest.json member is stored with deflate: its member rules are "
+      "checked in step 2, before its bytes are parsed.", ["R-ZIP-5", "15"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b, lambda ms: [Member(m.name, m.data, method=8 if m.name == "manifest.json" else 0) for m in ms])
+
+
+@case("reject-zip-manifest-crc32", "The ZIP CRC-32 of the manifest.json member (local and central) does not match "
+      "its data; the manifest's own checksum is right.", ["R-ZIP-22"], error="IntegrityError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    data = bytearray(b.root.read_bytes())
+    central = data.rfind(b"PK\x01\x02")  # the last central entry is manifest.json (R-ZIP-21)
+    local = struct.unpack_from("<I", data, central + 42)[0]
+    data[local + 14] ^= 0xFF
+    data[central + 16] ^= 0xFF
+    b.root.write_bytes(bytes(data))
+
+
+@case("reject-zip-eocd-gap", "Bytes between the central directory and the end of central directory record.",
+      ["R-ZIP-24"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    raw = b.root.read_bytes()
+    b.root.write_bytes(raw[:-22] + bytes(8) + raw[-22:])
+
+
+@case("reject-zip-entry-disk", "A central directory entry whose disk number start is 1.", ["R-ZIP-3"],
+      error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    data = bytearray(b.root.read_bytes())
+    central = data.find(b"PK\x01\x02")
+    struct.pack_into("<H", data, central + 34, 1)
+    b.root.write_bytes(bytes(data))
+
+
+@case("archive-zip64-end-records", "An archive with a ZIP64 end of central directory record and locator although "
+      "no field is saturated (allowed; its unsaturated values are not used).", ["R-ZIP-15", "3.3"], form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    b.root.write_bytes(_zip64_end_records(b.root.read_bytes()))
+
+
+@case("reject-zip-extra-malformed", "A member whose extra field area ends with a partial record (one stray byte).",
+      ["R-ZIP-25", "R-ZIP-23"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    stray = struct.pack("<HH", 0xBEEF, 2) + b"ab" + b"\x00"
+    archive_case(b, lambda ms: [Member(m.name, m.data, extra=stray if _is_data(m) else b"") for m in ms])
+
+
+@case("reject-zip-entry-count-limit", "A ZIP64 end record declaring 2,000,000 entries (3 present): the declared "
+      "count is checked against the limit before R-ZIP-4.", ["R-LIM-17", "R-LIM-0", "15"], error="LimitExceeded",
+      form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    b.root.write_bytes(_zip64_end_records(b.root.read_bytes(), declared=2_000_000, saturate=True))
+
+
+@case("reject-node-count-declared", "An array 32 header declaring 20,000,000 elements in a 7-byte tree.msgpack: "
+      "the node count limit applies to declared objects, before truncation.", ["R-LIM-11", "R-LIM-0", "8.8"],
+      error="LimitExceeded")
+def _(b: Builder) -> None:
+    b.write({"t": tree(None)})
+    b.put("t", "tree.msgpack", b"\xdd" + struct.pack(">I", 20_000_000) + b"\xc0\xc0")
+
+
+@case("reject-format-version-float", "format_version written as 2.0: not an integer token, so ManifestError in "
+      "step 5, not UnsupportedVersion.", ["R-MAN-10", "R-MAN-7"], error="ManifestError")
+def _(b: Builder) -> None:
+    small(b)
+    _replace_in_manifest(b, b'"format_version": 1', b'"format_version": 2.0')
+
+
+@case("reject-year-zero-then-data", "created_at 0000-02-29 is valid (year 0000 is a proleptic Gregorian leap "
+      "year), so the only defect is a changed byte of a files component found in step 16: IntegrityError, not "
+      "ManifestError. (Valid cases keep the fixed created_at, so this rule is pinned through a later defect.)",
+      ["R-MAN-15", "R-MAN-14"], error="IntegrityError")
+def _(b: Builder) -> None:
+    b.write({"f": filesc({"a.bin": b"abc"})})
+    b.edit(lambda m: m.update(created_at="0000-02-29T00:00:00Z"))
+    (b.root / "components/f/a.bin").write_bytes(b"abX")
+
+
+@case("reject-path-under-manifest", "A file MANIFEST.JSON/x/k: manifest.json is a directory prefix of it after "
+      "case folding (archive form, so the file tree can hold both).", ["R-PATH-4"], error="UnsafePath",
+      form="archive")
+def _(b: Builder) -> None:
+    b.write({"f": filesc({"k": b"x"}, path="MANIFEST.JSON/x")})
+
+
+@case("reject-segment-length-utf8", "A component path segment of 100 characters 'é' (200 UTF-8 bytes): limits "
+      "count bytes and come before the grammar.", ["R-LIM-8", "R-LIM-7", "4"], error="LimitExceeded")
+def _(b: Builder) -> None:
+    small(b)
+    b.edit(lambda m: m["components"]["m"].update(path="é" * 100))
+
+
+@case("reject-padding-unsealed", "A padding byte of data.bin changed without updating the file entry: the array "
+      "checks of step 16 (R-ARR-12) come before the file's crc32c.", ["R-ARR-12", "R-RDR-11", "15"],
+      error="ArrayLayoutError")
+def _(b: Builder) -> None:
+    first, second = bytes([1, 2, 3, 4]), bytes([5, 6])
+    data = first + bytes(60) + second
+    b.raw_tree([array_node("uint8", [4], 0, first), array_node("uint8", [2], 64, second)], data)
+    changed = bytearray(data)
+    changed[30] = 7
+    b.put("t", "data.bin", bytes(changed), reseal=False)
+
+
+@case("reject-tree-sha256", "tree.msgpack's sha256 does not match (size and crc32c do).", ["R-CHK-8", "R-CHK-14"],
+      error="IntegrityError")
+def _(b: Builder) -> None:
+    b.write({"t": tree(np.arange(3, dtype=np.int16), sha256=True)})
+    b.edit(lambda m: m["components"]["t"]["files"]["tree.msgpack"].update(sha256="0" * 64))
+
+
+@case("reject-files-kind-version", "A files component with kind_version 2.", ["R-CMP-19", "R-RDR-5"],
+      error="UnsupportedVersion")
+def _(b: Builder) -> None:
+    b.write({"f": filesc({"a.bin": b"abc"})})
+    b.edit(lambda m: m["components"]["f"].update(kind_version=2))
+
+
+@case("reject-tag-extension-not-understood", "A tag 64 whose extension is declared with must_understand false: "
+      "a reader that does not understand the extension rejects the tag.", ["R-TREE-19", "R-EXT-8"],
+      error="TreeError")
+def _(b: Builder) -> None:
+    b.write({"t": tree(None)}, extensions={"com.example.tags": {"version": 1, "must_understand": False,
+                                                                "data": {"tag": 64}}})
+    b.put("t", "tree.msgpack", msgpack.packb([M[64], 1], use_bin_type=True))
+
+
+@case("json-minus-zero", "value.json holding the integer token -0 (the integer 0), 0 and the float -0.0.",
+      ["B.7", "B.8"])
+def _(b: Builder) -> None:
+    b.write({"v": jsonc(0)})
+    b.put("v", "value.json", b"[-0, 0, -0.0]\n")
+    b.intended = None
+
+
+@case("reject-zip-unlisted-compressed", "An unlisted member that is also compressed: the member rules come before "
+      "the inventory in step 10.", ["R-ZIP-5", "R-RDR-11", "15"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b, lambda ms: [Member("stray.bin", b"xxxx", method=8), *ms])
 
 
 # ==============================================================================================

@@ -35,10 +35,10 @@ def parse_extras(raw: bytes, file: str, where: str):
     p = 0
     while p < len(raw):
         if p + 4 > len(raw):
-            raise _arch(file, f"{where}: extra field", "truncated extra field record", "R-ZIP-15")
+            raise _arch(file, f"{where}: extra field", "truncated extra field record", "R-ZIP-25")
         hid, ln = struct.unpack_from("<HH", raw, p)
         if p + 4 + ln > len(raw):
-            raise _arch(file, f"{where}: extra field 0x{hid:04x}", "extra field record overruns the extra field area", "R-ZIP-15")
+            raise _arch(file, f"{where}: extra field 0x{hid:04x}", "extra field record overruns the extra field area", "R-ZIP-25")
         out.append((hid, raw[p + 4:p + 4 + ln]))
         p += 4 + ln
     return out
@@ -77,7 +77,7 @@ class Archive:
                 raise _arch(f, "ZIP64 end of central directory record", "not found at the offset given by the locator", "R-ZIP-15")
             (rec_size, _vm, _vn, zdisk, zcd_disk, zn_disk, zn_total, zcd_size, zcd_off) = struct.unpack_from("<QHHIIQQQQ", buf, z_off + 4)
             if z_off + 12 + rec_size != loc:
-                raise _arch(f, "ZIP64 end of central directory record: size", "record does not end at the ZIP64 locator", "R-ZIP-15")
+                raise _arch(f, "ZIP64 end of central directory record: size", "record does not end at the ZIP64 locator", "R-ZIP-24")
             if zdisk != 0 or zcd_disk != 0:
                 raise _arch(f, "ZIP64 end of central directory record: disk numbers", "must be 0", "R-ZIP-3")
             z64 = (zn_disk, zn_total, zcd_size, zcd_off)
@@ -101,7 +101,7 @@ class Archive:
                                   f"{max(n_total, n_disk)} central directory entries exceed {MAX_ENTRIES}", "R-LIM-17")
         if cd_off + cd_size != cd_end_limit:
             raise _arch(f, "end of central directory record: central directory offset/size",
-                        f"central directory [{cd_off}, {cd_off + cd_size}) does not end where the end records begin ({cd_end_limit})", "R-ZIP-20")
+                        f"central directory [{cd_off}, {cd_off + cd_size}) does not end where the end records begin ({cd_end_limit})", "R-ZIP-24")
         self.cd_off, self.cd_end = cd_off, cd_off + cd_size
         p = cd_off
         members = []
@@ -171,6 +171,13 @@ class Archive:
         self._flags(m.flags, where)
         if any(h == 0x7075 for h, _ in m.extras):
             raise _arch(f, f"{where}: extra field 0x7075", "Info-ZIP Unicode Path extra field present", "R-ZIP-16")
+        if (m.made_by >> 8) == 3 and (m.ext_attr >> 28) not in (0, 8):
+            try:
+                label = m.name.decode("ascii")
+            except UnicodeDecodeError:
+                label = f
+            raise CheckpointError("UnsafePath", label, f"{where}: external attributes",
+                                  f"UNIX file type {m.ext_attr >> 28:#x} is not a regular file", "R-ZIP-17")
         if expected_off is not None and m.local_off != expected_off:
             raise _arch(f, f"{where}: local header offset",
                         f"local header at {m.local_off}, expected {expected_off} (headers must be contiguous, in central directory order)", "R-ZIP-19")

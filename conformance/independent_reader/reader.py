@@ -167,7 +167,10 @@ class ZipStore:
     def inventory(self, listed: dict):
         a = self.arch
         f = a.display
-        # member names: R-ZIP-10, R-LIM-7/8, R-PATH-5, R-ZIP-17
+        # entry by entry in central directory order: R-ZIP-10, R-LIM-7/8, R-PATH-5, R-ZIP-11, then the
+        # member rules (R-ZIP-5..9, 16, 17, then the local header); then R-ZIP-20; then R-CON-3, R-CON-2.
+        seen = {}
+        off = 0
         for m in a.members:
             where = f"central directory entry {m.index}: file name"
             if m.name.endswith(b"/"):
@@ -183,15 +186,13 @@ class ZipStore:
                 name = None
             if name is None or not all(SEGMENT_RE.fullmatch(s) for s in name.split("/")):
                 raise E("UnsafePath", f, where, f"member name {m.name!r} is not a valid path", "R-PATH-5")
-            if (m.made_by >> 8) == 3 and (m.ext_attr >> 28) not in (0, 8):
-                raise E("UnsafePath", name, f"central directory entry {m.index}: external attributes",
-                        f"UNIX file type {m.ext_attr >> 28:#x} is not a regular file", "R-ZIP-17")
-        seen = {}
-        for m in a.members:
             if m.name in seen:
-                raise E("ArchiveError", f, f"central directory entry {m.index}: file name",
-                        f"duplicate member name {m.name.decode()}", "R-ZIP-11")
+                raise E("ArchiveError", f, where, f"duplicate member name {name}", "R-ZIP-11")
             seen[m.name] = m
+            off = a.check_member(m, off)
+        if a.cd_off != off:
+            raise E("ArchiveError", f, "central directory offset",
+                    f"central directory starts at {a.cd_off}, last member data ends at {off}", "R-ZIP-20")
         names = {m.name.decode("ascii"): m for m in a.members}
         for fp in listed:
             if fp not in names:
@@ -200,13 +201,6 @@ class ZipStore:
             n = m.name.decode("ascii")
             if n != MANIFEST and n not in listed:
                 raise E("ExtraFile", n, "-", "archive member is not listed by any component", "R-CON-2")
-        # R-ZIP-5..9, 12..16, 18..20
-        off = 0
-        for m in a.members:
-            off = a.check_member(m, off)
-        if a.cd_off != off:
-            raise E("ArchiveError", f, "central directory offset",
-                    f"central directory starts at {a.cd_off}, last member data ends at {off}", "R-ZIP-20")
         self.by_name = names
 
     def size(self, rel):
@@ -592,6 +586,10 @@ class Reader:
             data = st.read(dfp)
             blobs[name] = data
             self.array_content(dfp, data, decoded[name][2])
+        # then R-CHK-7/R-CHK-8 of every remaining file, data.bin included (§15 step 16)
+        for name, data in blobs.items():
+            rec = comps[name]
+            dfp = rec["path"] + "/data.bin"
             self.check_crc(dfp, name, "data.bin", rec["files"]["data.bin"], data)
             verified.add(dfp)
             self.check_sha(dfp, name, "data.bin", rec["files"]["data.bin"], data)
@@ -686,7 +684,8 @@ class Reader:
 
     def array_content(self, dfp, data, arrays):
         tfp = dfp[:-len("data.bin")] + "tree.msgpack"
-        # R-ARR-14
+        # array by array in document order: R-ARR-14, then R-ARR-13 (§15 step 16)
+        import numpy as np
         done = {}
         for a in arrays:
             if a.nbytes == 0:
@@ -697,10 +696,7 @@ class Reader:
             if done[k] != a.crc32c:
                 raise E("IntegrityError", tfp, a.ptr + "/5",
                         f"array crc32c mismatch: stored {a.crc32c:08x}, computed {done[k]:08x}", "R-ARR-14")
-        # R-ARR-13
-        import numpy as np
-        for a in arrays:
-            if a.dtype == "bool" and a.nbytes:
+            if a.dtype == "bool":
                 seg = np.frombuffer(data, dtype=np.uint8, count=a.nbytes, offset=a.offset)
                 if seg.size and int(seg.max()) > 1:
                     raise E("ArrayLayoutError", tfp, a.ptr, "bool array contains a byte other than 00/01", "R-ARR-13")

@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import crc32c as _crc32c_module
 import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
@@ -46,6 +47,7 @@ from .errors import (
     UnknownComponentKind,
     UnsupportedVersion,
 )
+from .container.directory import FileRegion
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c
 from .limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
 from .manifest import (
@@ -63,6 +65,9 @@ from .tree.layout import check_layout
 from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
 
 
+_crc32c = _crc32c_module.crc32c
+
+
 def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
     """Copy an array out of a map, checking its CRC-32C chunk by chunk as it goes."""
     out = np.empty(ref.shape, dtype=view.dtype)
@@ -76,6 +81,150 @@ def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
     _check_crc(crc, ref, file)
     _check_bool(out, ref, file)
     return out
+
+
+def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, file: str, *, verify: bool) -> None:
+    """Read one array's bytes straight into ``target`` (C-contiguous, writeable, ``ref.nbytes`` bytes).
+
+    One pass: each chunk is read into its place in ``target`` and checksummed
+    right after, while it is still in cache. Nothing is mapped, so the
+    process's memory grows by ``target`` only. On a checksum error ``target``
+    holds the unverified bytes; the error is raised after the last chunk.
+    """
+    if not ref.nbytes:
+        return
+    flat = memoryview(target).cast("B") if target.ndim else memoryview(target.reshape(1)).cast("B")
+    crc = 0
+    for start in range(0, ref.nbytes, CHUNK_BYTES):
+        piece = flat[start : start + CHUNK_BYTES]
+        region.readinto(piece, ref.offset + start)
+        if verify:
+            crc = _crc32c(piece, crc)
+    if verify:
+        _check_crc(crc, ref, file)
+        _check_bool(target, ref, file)
+
+
+#: Arrays up to this size are read together, many per system call.
+_SMALL_BYTES = 64 << 10
+#: The most bytes one batched read of small arrays covers.
+_BATCH_BYTES = 4 << 20
+
+
+def read_arrays(
+    region: FileRegion,
+    refs: list[ArrayRef],
+    file: str,
+    *,
+    verify: bool,
+    targets: Mapping[int, np.ndarray] | None = None,
+) -> dict[int, np.ndarray]:
+    """Fresh arrays for the array nodes ``refs``, keyed by ``id(ref)``; identical extents share one array.
+
+    Work and errors follow document order. Runs of small arrays that follow
+    each other in the file are read with one ``preadv`` into one buffer and
+    each becomes a writeable view of its own bytes in it (a CRC-32C call per
+    array, no copy); bigger arrays are read chunk by chunk into their own
+    memory (:func:`read_verified_into`). Empty arrays get their own array
+    per node. ``targets`` (``id(ref)`` -> an existing array that fits the
+    node, see :func:`fits`) are filled in place instead.
+    """
+    by_id: dict[int, np.ndarray] = {}
+    by_extent: dict[tuple[Any, ...], list[int]] = {}
+    batch: list[tuple[list[int], ArrayRef]] = []
+    start = end = 0
+
+    def flush() -> None:
+        raw = bytearray(end - start)
+        region.readinto(raw, start)
+        view = memoryview(raw)
+        for ids, ref in batch:
+            first = ref.offset - start
+            if verify:
+                _check_crc(_crc32c(view[first : first + ref.nbytes]), ref, file)
+            dtype = _numpy_dtype(ref.dtype)
+            array = np.frombuffer(raw, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=first)
+            if len(ref.shape) != 1:
+                array = array.reshape(ref.shape)
+            if verify and ref.dtype == "bool":
+                _check_bool(array, ref, file)
+            for ident in ids:
+                by_id[ident] = array
+        batch.clear()
+
+    for ref in refs:
+        nbytes = ref.nbytes
+        if not nbytes:
+            by_id[id(ref)] = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
+            continue
+        target = targets.get(id(ref)) if targets else None
+        if target is not None:
+            if batch:
+                flush()
+            read_verified_into(region, ref, target, file, verify=verify)
+            by_id[id(ref)] = target
+            continue
+        key = (ref.offset, nbytes, ref.dtype, ref.shape)
+        ids = by_extent.get(key)
+        if ids is not None:  # an alias of an array read (or being read) already
+            ids.append(id(ref))
+            if ids[0] in by_id:
+                by_id[id(ref)] = by_id[ids[0]]
+            continue
+        ids = by_extent[key] = [id(ref)]
+        if nbytes <= _SMALL_BYTES:
+            if batch and (ref.offset < end or ref.offset + nbytes - start > _BATCH_BYTES):
+                flush()
+            if not batch:
+                start = ref.offset
+            batch.append((ids, ref))
+            end = ref.offset + nbytes
+            continue
+        if batch:
+            flush()
+        array = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
+        read_verified_into(region, ref, array, file, verify=verify)
+        by_id[id(ref)] = array
+    if batch:
+        flush()
+    return by_id
+
+
+def fits(live: Any, ref: ArrayRef) -> bool:
+    """Whether ``live`` can take the node's bytes in place: a writeable, C-contiguous,
+    non-empty NumPy array of the node's exact shape and dtype."""
+    if type(live) is not np.ndarray or not ref.nbytes:
+        return False
+    flags = live.flags
+    return (flags.writeable and flags.c_contiguous and live.shape == ref.shape
+            and live.dtype == _numpy_dtype(ref.dtype))
+
+
+def match_targets(node: Any, live: Any, out: dict[int, np.ndarray]) -> None:
+    """Pair array nodes of a decoded tree with the arrays at the same place in ``live`` that fit them."""
+    kind = type(node)
+    if kind is ArrayRef:
+        if fits(live, node):
+            out[id(node)] = live
+    elif kind is dict:
+        if isinstance(live, dict):
+            for key, child in node.items():
+                if key in live:
+                    match_targets(child, live[key], out)
+    elif kind is list or kind is tuple:
+        if isinstance(live, (list, tuple)) and len(live) == len(node):
+            for child, live_child in zip(node, live):
+                match_targets(child, live_child, out)
+
+
+_DTYPE_CACHE: dict[str, np.dtype] = {}
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    dtype = _DTYPE_CACHE.get(name)
+    if dtype is None:
+        dtype = _DTYPE_CACHE[name] = numpy_dtype(name)
+    return dtype
 
 
 def verify_view(view: np.ndarray, ref: ArrayRef, file: str) -> None:
@@ -145,6 +294,33 @@ def array_view(data_map: memoryview, ref: ArrayRef) -> np.ndarray:
     count = ref.nbytes // dtype.itemsize
     view = np.frombuffer(data_map, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
     return view
+
+
+def _materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Framework, map_location: Any) -> Any:
+    """The tree with the arrays of :func:`read_arrays` handed to ``fw`` (identical extents: one object)."""
+    if getattr(fw, "name", None) == "numpy":
+        arrays: dict[int, Any] = fresh
+    else:
+        converted: dict[int, Any] = {}  # id(numpy array) -> framework array
+        arrays = {}
+        for ident, array in fresh.items():
+            value = converted.get(id(array))
+            if value is None or not array.nbytes:
+                value = converted[id(array)] = fw.array(array, map_location=map_location)
+            arrays[ident] = value
+
+    def leaf(node: Any) -> Any:
+        kind = type(node)
+        if kind is ArrayRef:
+            return arrays[id(node)]
+        if kind is PRNGKeyValue:
+            # Key data is never shared with an array object: a copy (keys are a few bytes).
+            return fw.prng_key(node.impl, fresh[id(node.data)].copy(), map_location=map_location)
+        if kind is DtypeValue:
+            return fw.dtype(node.name)
+        return node
+
+    return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root
 
 
 class CheckpointReader:
@@ -235,6 +411,12 @@ class CheckpointReader:
     # -- tree components -----------------------------------------------------------
     def decoded_tree(self, name: str) -> tuple[DecodedTree, memoryview, str]:
         """Steps 12-15: the verified tree document, the data file map, and the data file's path."""
+        decoded, data_file, size = self.decoded_layout(name)
+        data_map = self.source.map_file(data_file, size)
+        return decoded, data_map, data_file
+
+    def decoded_layout(self, name: str) -> tuple[DecodedTree, str, int]:
+        """Steps 12-15 without touching data.bin: the document, the data file's path and size."""
         record = self.check_kind(name, "tree")
         tree_file = self._file(record, "tree.msgpack")
         data = self.read_small(name, "tree.msgpack")
@@ -248,8 +430,12 @@ class CheckpointReader:
             check_layout(decoded.arrays, size)
         except CheckpointError as exc:
             raise exc.at(file=tree_file) from None
-        data_map = self.source.map_file(data_file, size)
-        return decoded, data_map, data_file
+        return decoded, data_file, size
+
+    def open_region(self, data_file: str, size: int) -> FileRegion | None:
+        """Positioned reads of a data file, if the source offers them (both built-in forms do)."""
+        opener = getattr(self.source, "open_region", None)
+        return opener(data_file, size) if opener is not None else None
 
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (nothing read yet)."""
@@ -287,7 +473,16 @@ class CheckpointReader:
         if record.kind == "files":
             return dict(self.iter_files(name, verify=verify))
         fw = get_framework(framework) if isinstance(framework, str) else framework
-        decoded, data_map, data_file = self.decoded_tree(name)
+        if copy:
+            decoded, data_file, size = self.decoded_layout(name)
+            region = self.open_region(data_file, size) if decoded.arrays else None
+            if region is not None:
+                with region:
+                    fresh = read_arrays(region, decoded.arrays, data_file, verify=verify)
+                return _materialize_read(decoded, fresh, fw, map_location)
+            data_map = self.source.map_file(data_file, size)
+        else:
+            decoded, data_map, data_file = self.decoded_tree(name)
         arrays: dict[tuple[int, int, str, tuple[int, ...]], Any] = {}
 
         def numpy_leaf(ref: ArrayRef) -> np.ndarray:
@@ -311,6 +506,37 @@ class CheckpointReader:
             return node
 
         return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root
+
+    def read_into(self, name: str, target: Any, *, verify: bool = True) -> Any:
+        """Decode a tree component (NumPy), reading array bytes straight into ``target``'s arrays.
+
+        Every array node whose place in ``target`` (same dict keys, same list
+        positions) holds a writeable, C-contiguous NumPy array of its exact
+        shape and dtype is read into that array in one pass (read a chunk,
+        checksum it while hot); other nodes get fresh arrays. Returns the tree,
+        holding the filled arrays themselves. If a checksum fails, the error
+        is raised and arrays already filled keep the bytes read into them.
+
+        >>> import numpy as np, tempfile, os
+        >>> from opencheckpoint import Checkpoint
+        >>> path = Checkpoint(w={"a": np.arange(3.0)}).save(os.path.join(tempfile.mkdtemp(), "c"))
+        >>> live = {"a": np.zeros(3)}
+        >>> with open_checkpoint(path) as ckpt:
+        ...     tree = ckpt.read_into("w", live)
+        >>> tree["a"] is live["a"], live["a"].tolist()
+        (True, [0.0, 1.0, 2.0])
+        """
+        decoded, data_file, size = self.decoded_layout(name)
+        targets: dict[int, np.ndarray] = {}
+        match_targets(decoded.root, target, targets)
+        region = self.open_region(data_file, size) if decoded.arrays else None
+        if region is None:
+            if targets:
+                raise CheckpointError("this source cannot read into existing arrays", file=data_file)
+            return self.read(name, verify=verify)
+        with region:
+            fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets)
+        return _materialize_read(decoded, fresh, get_framework("numpy"), None)
 
     # -- json and files components -----------------------------------------------------
     def json(self, name: str) -> Any:

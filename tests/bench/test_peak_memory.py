@@ -50,11 +50,6 @@ def test_save_peak_rss_within_state_plus_64_mib(checkpoint_reports: dict[str, di
     assert report["peak"] - report["base"] <= STATE_BYTES + ALLOWANCE, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_component copies out of an mmap of data.bin: the mapped file pages count in RSS, so the "
-           "peak is two copies of the state (docs/benchmarks.md, item 1: reader.py verified_copy); "
-           "strict: this test fails as XPASS once the reader stops mapping, and the marker must go")
 def test_load_peak_rss_within_state_plus_64_mib(checkpoint_reports: dict[str, dict[str, Any]]) -> None:
     report = checkpoint_reports["load"]
     assert report["correct"], "read_component returned other bytes than the save wrote"

@@ -105,6 +105,10 @@ class ComponentReader:
     def tree(self, framework: str = "numpy") -> Any:
         return self.reader.read(self.name, framework=framework, verify=self.verify, map_location=self.map_location)
 
+    def tree_into(self, target: Any) -> Any:
+        """The tree (NumPy), with arrays that fit ``target``'s arrays read into them in place."""
+        return self.reader.read_into(self.name, target, verify=self.verify)
+
     def json(self) -> Any:
         return self.reader.json(self.name)
 
@@ -157,9 +161,14 @@ def module_framework(kind: type) -> str:
     return "numpy"
 
 
+#: type -> framework of its objects (a type's MRO does not change); bounded.
+_FRAMEWORK_OF_TYPE: dict[type, str] = {}
+
+
 def container_framework(value: Any, budget: int = 10_000) -> str:
     """The framework of the first framework leaf of a plain dict/list/tuple tree ('numpy' if none)."""
     stack = [value]
+    cache = _FRAMEWORK_OF_TYPE
     while stack and budget > 0:
         budget -= 1
         item = stack.pop()
@@ -168,7 +177,12 @@ def container_framework(value: Any, budget: int = 10_000) -> str:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
         else:
-            framework = framework_of(item)
+            kind = type(item)
+            framework = cache.get(kind)
+            if framework is None:
+                framework = module_framework(kind)
+                if len(cache) < 4096:
+                    cache[kind] = framework
             if framework != "numpy":
                 return framework
     return "numpy"
@@ -252,12 +266,17 @@ class TreeAdapter(Adapter):
         writer.write_tree(value)
 
     def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        loaded = reader.tree(framework_of(value))
+        framework = framework_of(value)
+        if framework == "numpy" and isinstance(value, (np.ndarray, dict, list)):
+            # Arrays that fit are filled where they are, in one pass (no intermediate copy).
+            loaded = reader.tree_into(value)
+        else:
+            loaded = reader.tree(framework)
         if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
             if value.shape != loaded.shape or value.dtype != loaded.dtype:
                 raise IncompatibleComponent(
                     f"stored {loaded.dtype}{list(loaded.shape)} does not fit {value.dtype}{list(value.shape)}")
-            if value.flags.writeable:
+            if value.flags.writeable and loaded is not value:
                 np.copyto(value, loaded)
         else:
             _refresh_in_place(value, loaded)

@@ -26,6 +26,7 @@ from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from ..paths import path_grammar_error, path_limit_error
 from .base import Source, size_mismatch
+from .directory import FileRegion
 
 PADDING_HEADER_ID: Final = 0xD935
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
@@ -422,6 +423,15 @@ class ArchiveSource(Source):
         if self._map is None:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(self._map)[member.data : member.data + size]
+
+    def open_region(self, rel: str, size: int) -> FileRegion:
+        """The member's data for positioned reads into caller buffers (no map)."""
+        member = self._member(rel)
+        if member.size != size:
+            raise size_mismatch(rel, member.size, size)
+        if member.data + size > self._size:
+            raise size_mismatch(rel, self._size - member.data, size)
+        return FileRegion(self._file.fileno(), member.data, size, rel, owns_fd=False)
 
     def zip_crc32(self, rel: str) -> int:
         """The ZIP CRC-32 recorded for a member (checked by ``validate``, R-ZIP-22)."""

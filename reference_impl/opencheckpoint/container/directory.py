@@ -13,6 +13,7 @@ import mmap
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
@@ -156,6 +157,71 @@ class DirectorySource(Source):
                 raise MissingFile(f"cannot map: {exc}", file=rel, section="R-CON-3") from None
         finally:
             os.close(fd)
+
+    def open_region(self, rel: str, size: int) -> FileRegion:
+        """The file for positioned reads into caller buffers (no map: no file pages in RSS)."""
+        fd = self._open(rel)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise size_mismatch(rel, actual, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return FileRegion(fd, 0, size, rel, owns_fd=True)
+
+
+class FileRegion:
+    """``size`` bytes of an open file starting at ``base``, read with ``preadv`` straight into buffers.
+
+    Reading copies pages from the page cache into the caller's memory once;
+    unlike a map, nothing of the file stays resident in the process.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(b"headerpayload"); f.flush()
+    ...     region = FileRegion(f.fileno(), 6, 7, "x", owns_fd=False)
+    ...     out = bytearray(4); region.readinto(out, 3); bytes(out)
+    b'load'
+    """
+
+    __slots__ = ("fd", "base", "size", "rel", "_owns_fd")
+
+    def __init__(self, fd: int, base: int, size: int, rel: str, *, owns_fd: bool) -> None:
+        self.fd = fd
+        self.base = base
+        self.size = size
+        self.rel = rel
+        self._owns_fd = owns_fd
+
+    def readinto(self, buffer: Any, offset: int) -> None:
+        """Fill ``buffer`` (any writable buffer) with the bytes at ``offset`` of the region."""
+        view = memoryview(buffer).cast("B")
+        want = len(view)
+        if offset < 0 or offset + want > self.size:
+            raise size_mismatch(self.rel, self.size, offset + want)
+        position = 0
+        try:
+            while position < want:
+                count = os.preadv(self.fd, [view[position:]], self.base + offset + position)
+                if count == 0:
+                    break
+                position += count
+        except OSError as exc:
+            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, section="R-CON-3") from None
+        if position != want:  # the file shrank after its size was checked
+            raise size_mismatch(self.rel, offset + position, offset + want)
+
+    def close(self) -> None:
+        if self._owns_fd and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def __enter__(self) -> FileRegion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _read_all(fd: int, size: int, rel: str) -> bytes:

@@ -15,16 +15,18 @@ byte is hashed twice.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
+import crc32c as _crc32c_module
 import msgpack
 import numpy as np
 
-from ..crc_combine import crc32c_combine
+from ..crc_combine import _multmodp, _x8nmodp
 from ..dtypes import dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, format_crc32c, new_sha256
@@ -36,12 +38,24 @@ Converter = Callable[[Any], Any]
 NOT_HANDLED: Final = object()
 
 _MARK = {tag: msgpack.ExtType(int(tag), b"") for tag in Tag}
-#: Arrays at least this big are checksummed in the helper thread while being written.
-_THREADED_CRC_BYTES: Final = 4 << 20
+_MARK_ARRAY: Final = _MARK[Tag.ARRAY]
+#: Arrays at least this big are checksummed in the helper thread while being written
+#: (below, the hand-off costs more than the overlap gains).
+_THREADED_CRC_BYTES: Final = 512 << 10
 #: Small arrays are gathered into one buffer to save system calls.
 _COALESCE_BYTES: Final = 64 << 10
+#: The gathered buffer is written (and folded into the file CRC) once it holds this much.
+_PENDING_BYTES: Final = 1 << 20
 _WRITE_CHUNK: Final = 16 << 20
 _ZEROS: Final = bytes(ALIGNMENT)
+
+
+_crc32c: Final = _crc32c_module.crc32c
+
+
+def _address(array: np.ndarray, nbytes: int) -> tuple[int, int]:
+    """The alias key of an array: its data address and length."""
+    return array.__array_interface__["data"][0], nbytes
 
 
 def big_int_bytes(value: int) -> bytes:
@@ -53,13 +67,45 @@ def big_int_bytes(value: int) -> bytes:
 class _Planned:
     """One distinct extent of data.bin and the array nodes that refer to it."""
 
-    __slots__ = ("buffer", "nodes", "offset", "nbytes")
+    __slots__ = ("array", "nodes", "offset", "nbytes")
 
-    def __init__(self, buffer: memoryview, offset: int, nbytes: int) -> None:
-        self.buffer = buffer
+    def __init__(self, array: np.ndarray, offset: int, nbytes: int) -> None:
+        self.array = array  # C-contiguous, little-endian; kept alive until written
         self.nodes: list[list[Any]] = []
         self.offset = offset
         self.nbytes = nbytes
+
+    @property
+    def buffer(self) -> memoryview:
+        """The extent's bytes (no copy)."""
+        try:
+            return memoryview(self.array).cast("B")
+        except (TypeError, ValueError):  # dtypes without a buffer format (ml_dtypes, 0-d arrays)
+            return memoryview(self.array.reshape(-1).view(np.uint8))
+
+
+#: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
+_DTYPE_NAMES: dict[np.dtype, tuple[str, bool]] = {}
+
+
+def _name_of(dtype: np.dtype) -> tuple[str, bool]:
+    cached = _DTYPE_NAMES.get(dtype)
+    if cached is None:
+        cached = (dtype_name(dtype), dtype.byteorder == ">")
+        if len(_DTYPE_NAMES) < 1024:
+            _DTYPE_NAMES[dtype] = cached
+    return cached
+
+
+@functools.lru_cache(maxsize=256)
+def _x8n(nbytes: int) -> int:
+    """x^(8 * nbytes) mod P, memoised: models repeat the same tensor sizes."""
+    return _x8nmodp(nbytes)
+
+
+def _combine(crc1: int, crc2: int, len2: int) -> int:
+    """:func:`crc32c_combine` with the length-dependent factor memoised."""
+    return _multmodp(_x8n(len2), crc1) ^ crc2
 
 
 class TreePlan:
@@ -69,6 +115,10 @@ class TreePlan:
         self._convert = converter
         self.extents: list[_Planned] = []
         self._by_address: dict[tuple[int, int], _Planned] = {}
+        # Arrays that own their memory cannot share it with another owner: they are keyed by
+        # object until the first view (which may alias one) turns on keying by data address.
+        self._by_id: dict[int, _Planned] = {}
+        self._by_address_mode = False
         self.data_size = 0
         self.root = self._node(value, 0, "$")
 
@@ -134,6 +184,14 @@ class TreePlan:
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         for key, item in value.items():
+            if type(key) is str and type(item) is np.ndarray:
+                # The common leaf: its path is built only when an error needs it (the checks
+                # that raise run before anything is planned, so running again is harmless).
+                try:
+                    out[key] = self._array(item, "")
+                except CheckpointError:
+                    out[key] = self._array(item, f"{path}.{key}")
+                continue
             if type(key) is str or (isinstance(key, int) and not isinstance(key, bool) and INT_MIN <= key <= INT_MAX):
                 key_path = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]"
                 out[key if type(key) is str else (str(key) if isinstance(key, str) else int(key))] = self._node(
@@ -162,31 +220,45 @@ class TreePlan:
 
     def _array(self, array: np.ndarray, path: str) -> list[Any]:
         try:
-            name = dtype_name(array.dtype)
+            name, swapped = _name_of(array.dtype)
         except CheckpointError as exc:
             raise exc.at(field=path) from None
         if array.ndim > ARRAY_MAX_NDIM:
             raise LimitExceeded(f"array has {array.ndim} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
                                 section="R-LIM-13")
-        if array.dtype.byteorder == ">":
+        if swapped:
             array = array.astype(array.dtype.newbyteorder("<"))
-        if not array.flags.c_contiguous:
+        flags = array.flags
+        if not flags.c_contiguous:
             array = np.ascontiguousarray(array)
+            flags = array.flags
         nbytes = array.nbytes
-        node: list[Any] = [_MARK[Tag.ARRAY], name, list(array.shape), 0, nbytes, 0]
+        node: list[Any] = [_MARK_ARRAY, name, array.shape, 0, nbytes, 0]
         if nbytes == 0:
             return node
-        address = (array.__array_interface__["data"][0], nbytes)
-        planned = self._by_address.get(address)
-        if planned is None:
-            offset = -(-self.data_size // ALIGNMENT) * ALIGNMENT
-            planned = _Planned(memoryview(array.reshape(-1).view(np.uint8)), offset, nbytes)
-            self.extents.append(planned)
-            self._by_address[address] = planned
-            self.data_size = offset + nbytes
+        if flags.owndata and not self._by_address_mode:
+            planned = self._by_id.get(id(array))
+            if planned is None:
+                planned = self._by_id[id(array)] = self._plan_extent(array, nbytes)
+        else:
+            if not self._by_address_mode:
+                self._by_address_mode = True
+                for earlier in self._by_id.values():
+                    self._by_address.setdefault(_address(earlier.array, earlier.nbytes), earlier)
+            address = _address(array, nbytes)
+            planned = self._by_address.get(address)
+            if planned is None:
+                planned = self._by_address[address] = self._plan_extent(array, nbytes)
         node[3] = planned.offset
         planned.nodes.append(node)
         return node
+
+    def _plan_extent(self, array: np.ndarray, nbytes: int) -> _Planned:
+        offset = -(-self.data_size // ALIGNMENT) * ALIGNMENT
+        planned = _Planned(array, offset, nbytes)
+        self.extents.append(planned)
+        self.data_size = offset + nbytes
+        return planned
 
     # -- writing ----------------------------------------------------------------
     def write_data(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
@@ -212,29 +284,34 @@ class TreePlan:
                 padding = extent.offset - position
                 if padding:
                     pending += _ZEROS[:padding]
-                    file_crc = crc32c_of(_ZEROS[:padding], file_crc)
+                buffer = extent.buffer
                 if extent.nbytes < _COALESCE_BYTES:
-                    crc = crc32c_of(extent.buffer)
-                    pending += extent.buffer
-                    if len(pending) >= _COALESCE_BYTES:
+                    # The file CRC of gathered bytes is computed over the whole buffer when it is
+                    # written (one call), not combined per array.
+                    crc = _crc32c(buffer)
+                    pending += buffer
+                    if len(pending) >= _PENDING_BYTES:
+                        file_crc = _crc32c(pending, file_crc)
                         emit(pending)
                         pending = bytearray()
                 else:
                     if pending:
+                        file_crc = _crc32c(pending, file_crc)
                         emit(pending)
                         pending = bytearray()
                     if extent.nbytes >= _THREADED_CRC_BYTES:
-                        future: Future[int] = pool.submit(crc32c_of, extent.buffer)
-                        emit(extent.buffer)
+                        future: Future[int] = pool.submit(_crc32c, buffer)
+                        emit(buffer)
                         crc = future.result()
                     else:
-                        crc = crc32c_of(extent.buffer)
-                        emit(extent.buffer)
-                file_crc = crc32c_combine(file_crc, crc, extent.nbytes)
+                        crc = _crc32c(buffer)
+                        emit(buffer)
+                    file_crc = _combine(file_crc, crc, extent.nbytes)
                 for node in extent.nodes:
                     node[5] = crc
                 position = extent.offset + extent.nbytes
             if pending:
+                file_crc = _crc32c(pending, file_crc)
                 emit(pending)
             if durable:
                 os.fsync(out.fileno())

@@ -102,8 +102,47 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[Checkpoint
     return errors
 
 
+def layout_is_valid(arrays: Sequence[ArrayRef], file_size: int) -> bool:
+    """One pass that is True only for a valid layout whose extents come in file order (what writers do).
+
+    False means "not shown valid here": :func:`layout_errors` then decides.
+    Sound because for ``nbytes == shape product x itemsize > 0`` every
+    dimension and every running product is at most ``nbytes`` (all dims
+    are >= 1), so ``nbytes < 2**63`` implies R-LIM-14 .. R-LIM-16; empty
+    arrays take the full per-array limit check.
+    """
+    end = 0
+    seen: dict[tuple[int, int], int] = {}
+    for ref in arrays:
+        shape = ref.shape
+        nbytes = ref.nbytes
+        if len(shape) > ARRAY_MAX_NDIM:
+            return False
+        expected = DTYPES[ref.dtype][0]
+        for dim in shape:
+            expected *= dim
+        if expected != nbytes or nbytes >= _LIMIT or ref.offset % ALIGNMENT:
+            return False
+        if not nbytes:
+            if ref.offset or ref.crc32c or _limit_error(ref) is not None:
+                return False
+            continue
+        key = (ref.offset, nbytes)
+        first_crc = seen.get(key)
+        if first_crc is None:
+            if ref.offset < end:  # out of file order, or an overlap: the full check sorts it out
+                return False
+            seen[key] = ref.crc32c
+            end = ref.offset + nbytes
+        elif first_crc != ref.crc32c:
+            return False
+    return end == file_size
+
+
 def check_layout(arrays: Sequence[ArrayRef], file_size: int) -> None:
     """Raise the first violation of step 15 (see the module docstring for the order)."""
+    if layout_is_valid(arrays, file_size):
+        return
     errors = layout_errors(arrays, file_size)
     if errors:
         raise errors[0]
