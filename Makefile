@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev
 
-.PHONY: demo test venv schemas conformance conformance-regenerate bench bench-quick docs clean
+.PHONY: demo test venv schemas conformance conformance-regenerate bench bench-quick fuzz docs clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -41,6 +41,12 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 0.25 --quick
+
+# A bounded fuzzing campaign over mutated conformance cases (reader must only raise CheckpointError).
+FUZZ_SECONDS ?= 600
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)
+	$(PY) fuzz/fuzz_reader.py --seconds $(FUZZ_SECONDS) --jobs 2 --seed $(FUZZ_SEED)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
