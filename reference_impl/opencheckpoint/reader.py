@@ -33,7 +33,7 @@ import crc32c as _crc32c_module
 import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
-from .container.base import Source, check_locatable, is_staging_name, old_candidates, open_source
+from .container.base import FileRegion, Source, check_locatable, is_staging_name, old_candidates, open_source
 from .dtypes import numpy_dtype
 from .errors import (
     ArrayLayoutError,
@@ -47,7 +47,6 @@ from .errors import (
     UnknownComponentKind,
     UnsupportedVersion,
 )
-from .container.directory import FileRegion
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c
 from .limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
 from .manifest import (
@@ -66,21 +65,6 @@ from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
 
 
 _crc32c = _crc32c_module.crc32c
-
-
-def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
-    """Copy an array out of a map, checking its CRC-32C chunk by chunk as it goes."""
-    out = np.empty(ref.shape, dtype=view.dtype)
-    source = view.reshape(-1).view(np.uint8)
-    target = out.reshape(-1).view(np.uint8)
-    crc = 0
-    for start in range(0, ref.nbytes, CHUNK_BYTES):
-        chunk = source[start : start + CHUNK_BYTES]
-        crc = crc32c_of(chunk, crc)
-        target[start : start + CHUNK_BYTES] = chunk
-    _check_crc(crc, ref, file)
-    _check_bool(out, ref, file)
-    return out
 
 
 def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, file: str, *, verify: bool) -> None:
@@ -126,13 +110,24 @@ def read_arrays(
     each becomes a writeable view of its own bytes in it (a CRC-32C call per
     array, no copy); bigger arrays are read chunk by chunk into their own
     memory (:func:`read_verified_into`). Empty arrays get their own array
-    per node. ``targets`` (``id(ref)`` -> an existing array that fits the
-    node, see :func:`fits`) are filled in place instead.
+    per node.
+
+    ``targets`` (``id(ref)`` -> an existing array that fits the node, see
+    :func:`fits`) are filled in place instead, all or nothing: with
+    ``verify`` (the default everywhere), every array of ``refs`` is verified
+    first — the targets' bytes through one small reusable scratch buffer
+    (:class:`ScratchVerifier`: nothing mapped, memory does not grow) — and
+    only when all pass are the targets' bytes read into them, so a corrupt
+    checkpoint raises with every target untouched. That reads the targets'
+    bytes twice (the second time usually from the page cache). With
+    ``verify=False`` (an explicit opt-out) targets are filled in one pass.
     """
     by_id: dict[int, np.ndarray] = {}
     by_extent: dict[tuple[Any, ...], list[int]] = {}
     batch: list[tuple[list[int], ArrayRef]] = []
     start = end = 0
+    verifier = ScratchVerifier(region, file) if verify and targets else None
+    deferred: list[tuple[ArrayRef, np.ndarray]] = []
 
     def flush() -> None:
         raw = bytearray(end - start)
@@ -161,7 +156,11 @@ def read_arrays(
         if target is not None:
             if batch:
                 flush()
-            read_verified_into(region, ref, target, file, verify=verify)
+            if verifier is not None:
+                verifier.verify(ref)
+                deferred.append((ref, target))
+            else:
+                read_verified_into(region, ref, target, file, verify=verify)
             by_id[id(ref)] = target
             continue
         key = (ref.offset, nbytes, ref.dtype, ref.shape)
@@ -187,7 +186,69 @@ def read_arrays(
         by_id[id(ref)] = array
     if batch:
         flush()
+    # Every array passed its checks: only now is any target written.
+    for ref, target in deferred:
+        read_verified_into(region, ref, target, file, verify=False)
     return by_id
+
+
+#: Size of the buffer :class:`ScratchVerifier` reads through.
+_SCRATCH_BYTES = 1 << 20
+
+
+class ScratchVerifier:
+    """Checks arrays' bytes (R-ARR-14, then R-ARR-13) by reading them through one small reusable buffer.
+
+    Each ``preadv`` fills the whole buffer from where the next unchecked
+    byte lies, so a run of small arrays costs one system call and a big
+    array one call per buffer; the buffer is all the memory it uses.
+
+    >>> import tempfile
+    >>> from opencheckpoint.container.base import FileRegion
+    >>> from opencheckpoint.tree.nodes import ArrayRef
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(bytes(range(8))); f.flush()
+    ...     checker = ScratchVerifier(FileRegion(f.fileno(), 0, 8, "data.bin", owns_fd=False), "data.bin", 4)
+    ...     checker.verify(ArrayRef("uint8", (8,), 0, 8, _crc32c(bytes(range(8))), "$.a"))
+    ...     checker.verify(ArrayRef("uint8", (2,), 2, 2, 0, "$.b"))
+    Traceback (most recent call last):
+    ...
+    opencheckpoint.errors.IntegrityError: IntegrityError: data.bin: $.b: array crc32c mismatch: stored 00000000, computed c574b4c8 [R-ARR-14]
+    """
+
+    __slots__ = ("region", "file", "_view", "_start", "_end", "_done")
+
+    def __init__(self, region: FileRegion, file: str, size: int = _SCRATCH_BYTES) -> None:
+        self.region = region
+        self.file = file
+        self._view = memoryview(bytearray(max(1, min(size, region.size))))
+        self._start = self._end = 0  # the bytes of the region the buffer holds
+        self._done: set[tuple[int, int, int, str]] = set()
+
+    def verify(self, ref: ArrayRef) -> None:
+        """Raise the node's first error (CRC-32C, then bool bytes), reading its bytes in buffer-sized pieces."""
+        key = (ref.offset, ref.nbytes, ref.crc32c, ref.dtype)
+        if key in self._done:
+            return
+        crc = 0
+        bad_bool = False
+        is_bool = ref.dtype == "bool"
+        position, stop = ref.offset, ref.offset + ref.nbytes
+        while position < stop:
+            if not self._start <= position < self._end:
+                length = min(len(self._view), self.region.size - position)
+                self.region.readinto(self._view[:length], position)
+                self._start, self._end = position, position + length
+            take = min(stop, self._end) - position
+            piece = self._view[position - self._start : position - self._start + take]
+            crc = _crc32c(piece, crc)
+            if is_bool and not bad_bool:
+                bad_bool = bool(np.frombuffer(piece, dtype=np.uint8).max() > 1)
+            position += take
+        _check_crc(crc, ref, self.file)
+        if bad_bool:
+            raise _bool_error(ref, self.file)
+        self._done.add(key)
 
 
 def fits(live: Any, ref: ArrayRef) -> bool:
@@ -242,8 +303,12 @@ def _check_crc(crc: int, ref: ArrayRef, file: str) -> None:
 
 def _check_bool(array: np.ndarray, ref: ArrayRef, file: str) -> None:
     if ref.dtype == "bool" and ref.nbytes and array.reshape(-1).view(np.uint8).max() > 1:
-        raise ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
-                               section="R-ARR-13")
+        raise _bool_error(ref, file)
+
+
+def _bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
+    return ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
+                            section="R-ARR-13")
 
 
 class LazyArray:
@@ -417,25 +482,31 @@ class CheckpointReader:
 
     def decoded_layout(self, name: str) -> tuple[DecodedTree, str, int]:
         """Steps 12-15 without touching data.bin: the document, the data file's path and size."""
-        record = self.check_kind(name, "tree")
-        tree_file = self._file(record, "tree.msgpack")
-        data = self.read_small(name, "tree.msgpack")
+        self.check_kind(name, "tree")
+        decoded = self.parse_tree(name, self.read_small(name, "tree.msgpack"))
+        data_file, size = self.check_tree_layout(name, decoded)
+        return decoded, data_file, size
+
+    def parse_tree(self, name: str, data: bytes) -> DecodedTree:
+        """Step 14 for a ``tree`` component: its verified ``tree.msgpack`` bytes, decoded."""
         try:
-            decoded = decode_tree(data)
+            return decode_tree(data)
         except CheckpointError as exc:
-            raise exc.at(file=tree_file) from None
-        data_file = self._file(record, "data.bin")
+            raise exc.at(file=self._file(self.record(name), "tree.msgpack")) from None
+
+    def check_tree_layout(self, name: str, decoded: DecodedTree) -> tuple[str, int]:
+        """Step 15 for a ``tree`` component; returns the data file's path and size."""
+        record = self.record(name)
         size = record.files["data.bin"].size
         try:
             check_layout(decoded.arrays, size)
         except CheckpointError as exc:
-            raise exc.at(file=tree_file) from None
-        return decoded, data_file, size
+            raise exc.at(file=self._file(record, "tree.msgpack")) from None
+        return self._file(record, "data.bin"), size
 
-    def open_region(self, data_file: str, size: int) -> FileRegion | None:
-        """Positioned reads of a data file, if the source offers them (both built-in forms do)."""
-        opener = getattr(self.source, "open_region", None)
-        return opener(data_file, size) if opener is not None else None
+    def open_region(self, data_file: str, size: int) -> FileRegion:
+        """Positioned reads of a data file (:meth:`Source.open_region`)."""
+        return self.source.open_region(data_file, size)
 
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (nothing read yet)."""
@@ -475,20 +546,16 @@ class CheckpointReader:
         fw = get_framework(framework) if isinstance(framework, str) else framework
         if copy:
             decoded, data_file, size = self.decoded_layout(name)
-            region = self.open_region(data_file, size) if decoded.arrays else None
-            if region is not None:
-                with region:
+            fresh: dict[int, np.ndarray] = {}
+            if decoded.arrays:
+                with self.open_region(data_file, size) as region:
                     fresh = read_arrays(region, decoded.arrays, data_file, verify=verify)
-                return _materialize_read(decoded, fresh, fw, map_location)
-            data_map = self.source.map_file(data_file, size)
-        else:
-            decoded, data_map, data_file = self.decoded_tree(name)
+            return _materialize_read(decoded, fresh, fw, map_location)
+        decoded, data_map, data_file = self.decoded_tree(name)
         arrays: dict[tuple[int, int, str, tuple[int, ...]], Any] = {}
 
         def numpy_leaf(ref: ArrayRef) -> np.ndarray:
             view = array_view(data_map, ref)
-            if copy:
-                return verified_copy(view, ref, data_file) if verify else np.array(view)
             if verify:
                 verify_view(view, ref, data_file)
             return view
@@ -512,10 +579,16 @@ class CheckpointReader:
 
         Every array node whose place in ``target`` (same dict keys, same list
         positions) holds a writeable, C-contiguous NumPy array of its exact
-        shape and dtype is read into that array in one pass (read a chunk,
-        checksum it while hot); other nodes get fresh arrays. Returns the tree,
-        holding the filled arrays themselves. If a checksum fails, the error
-        is raised and arrays already filled keep the bytes read into them.
+        shape and dtype is read into that array; other nodes get fresh arrays.
+        Returns the tree, holding the filled arrays themselves.
+
+        The restore is verify-first, all or nothing: every array of the
+        component is checked (CRC-32C, bool bytes) before the first byte of
+        any target is written, the targets' bytes through one small scratch
+        buffer (nothing is mapped, memory does not grow). If a check fails,
+        the error is raised and every array of ``target`` is unchanged. This
+        reads the targets' bytes twice; ``verify=False`` (an explicit opt-out
+        of the checks, R-CHK-11) fills them in one pass without checking.
 
         >>> import numpy as np, tempfile, os
         >>> from opencheckpoint import Checkpoint
@@ -529,24 +602,27 @@ class CheckpointReader:
         decoded, data_file, size = self.decoded_layout(name)
         targets: dict[int, np.ndarray] = {}
         match_targets(decoded.root, target, targets)
-        region = self.open_region(data_file, size) if decoded.arrays else None
-        if region is None:
-            if targets:
-                raise CheckpointError("this source cannot read into existing arrays", file=data_file)
-            return self.read(name, verify=verify)
-        with region:
-            fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets)
+        fresh: dict[int, np.ndarray] = {}
+        if decoded.arrays:
+            with self.open_region(data_file, size) as region:
+                fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets)
         return _materialize_read(decoded, fresh, get_framework("numpy"), None)
 
     # -- json and files components -----------------------------------------------------
     def json(self, name: str) -> Any:
         """Steps 12-14 for a ``json`` component: its verified, strictly parsed value."""
-        record = self.check_kind(name, "json")
-        return parse_ijson(self.read_small(name, "value.json"), file=self._file(record, "value.json"),
-                           document="value")
+        self.check_kind(name, "json")
+        return self.parse_json(name, self.read_small(name, "value.json"))
+
+    def parse_json(self, name: str, data: bytes) -> Any:
+        """Step 14 for a ``json`` component: its verified ``value.json`` bytes, strictly parsed."""
+        return parse_ijson(data, file=self._file(self.record(name), "value.json"), document="value")
 
     def iter_files(self, name: str, *, verify: bool = True) -> Iterator[tuple[str, bytes]]:
-        """(relative name, bytes) of every file of a ``files`` component, each verified (R-CHK-12)."""
+        """(relative name, ``bytes``) of every file of a ``files`` component, each verified (R-CHK-12).
+
+        The data is immutable ``bytes`` in both forms (:meth:`Source.read_file`).
+        """
         record = self.check_kind(name, "files")
         for rel, entry in record.files.items():
             if verify:

@@ -4,9 +4,12 @@ Unlike loading, which verifies what it reads and stops at the first
 problem, validation runs every step of the spec's validation order (§15)
 on every component and every byte, and lists every error it can find,
 each with file, field and requirement ID: every manifest member and path
-error, every inventory and size error, then per component the first error
-of steps 12-15 and every content error (array CRC-32C, bool bytes, zero
-padding), then the CRC-32C, SHA-256 and ZIP CRC-32 of every remaining file.
+error, every inventory and size error, then steps 12-15 step by step over
+all components (each component's first error; a component that fails is
+left out of the later steps), then every content error (array CRC-32C, bool
+bytes, zero padding), then the CRC-32C, SHA-256 and ZIP CRC-32 of every
+remaining file and the ZIP CRC-32 of ``manifest.json``. The first error
+listed is therefore the one of the first step that fails (R-RDR-11).
 
 >>> import numpy as np, tempfile, os
 >>> from opencheckpoint import Checkpoint
@@ -24,15 +27,16 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .container.archive import ArchiveSource
 from .errors import CheckpointError, IntegrityError
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
-from .manifest import KIND_VERSIONS, field_of
+from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .reader import CheckpointReader, array_view, verify_view
+from .tree.decode import DecodedTree
 from .tree.layout import check_padding
 
 
@@ -106,26 +110,81 @@ def validate(path: str | os.PathLike[str], *, progress: Any = None) -> Validatio
         return report
     with reader:
         report.manifest = reader.manifest
-        crc_checked: set[str] = set()
-        for name, record in reader.components.items():
-            if record.kind not in KIND_VERSIONS or record.kind_version > KIND_VERSIONS[record.kind]:
-                continue  # opaque to this reader (R-CMP-20): its files are checked below
-            try:
-                if record.kind == "tree":
-                    crc_checked.add(f"{record.path}/tree.msgpack")
-                    _check_tree(reader, name, report)
-                elif record.kind == "json":
-                    crc_checked.add(f"{record.path}/value.json")
-                    reader.json(name)
-            except CheckpointError as exc:
-                report.add(exc)
-        _check_files(reader, report, progress, crc_checked)
+        _check_components(reader, report, progress)
     return report
 
 
-def _check_tree(reader: CheckpointReader, name: str, report: ValidationReport) -> None:
-    """Steps 12-15 (raising), then step 16 for every array: R-ARR-14, R-ARR-13, then R-ARR-12."""
-    decoded, data_map, data_file = reader.decoded_tree(name)
+def _attempt(report: ValidationReport, failed: set[str], name: str, check: Callable[..., Any], *args: Any) -> Any:
+    """Run one step for component ``name``; record its error and drop the component from later steps."""
+    try:
+        return check(name, *args)
+    except CheckpointError as exc:
+        report.add(exc)
+        failed.add(name)
+        return None
+
+
+def _check_components(reader: CheckpointReader, report: ValidationReport, progress: Any) -> None:
+    """Steps 12-16, step by step over all components (spec §15: all of step 12, then all of step 13, ...).
+
+    Each step runs for every component still standing, in manifest order, so
+    the first error in the report is that of the first step that fails
+    (R-RDR-11); a component that fails a step is left out of the later steps
+    12-15 and of the array checks of step 16. Steps 12, 14 and 15 apply only
+    to kinds this reader implements; the files of every component are
+    checked in step 16.
+    """
+    components = reader.components
+    failed: set[str] = set()
+    # Step 12: kind. A kind this reader does not implement is opaque (R-CMP-20), not an error.
+    decodable = [name for name, record in components.items() if record.kind in KIND_VERSIONS]
+    for name in decodable:
+        _attempt(report, failed, name, reader.check_kind)
+    # Step 13: the payload file's size limit, then its CRC-32C.
+    payloads: dict[str, bytes] = {}
+    crc_checked: set[str] = set()
+    for name in decodable:
+        record = components[name]
+        payload = _PAYLOAD.get(record.kind)
+        if name in failed or payload is None:
+            continue
+        crc_checked.add(f"{record.path}/{payload}")
+        data = _attempt(report, failed, name, reader.read_small, payload)
+        if data is not None:
+            payloads[name] = data
+    # Step 14: parse.
+    trees: dict[str, DecodedTree] = {}
+    for name, data in payloads.items():
+        if components[name].kind == "tree":
+            decoded = _attempt(report, failed, name, reader.parse_tree, data)
+            if decoded is not None:
+                trees[name] = decoded
+        else:
+            _attempt(report, failed, name, reader.parse_json, data)
+    # Step 15: array layout.
+    layouts: dict[str, tuple[DecodedTree, str, int]] = {}
+    for name, decoded in trees.items():
+        where = _attempt(report, failed, name, reader.check_tree_layout, decoded)
+        if where is not None:
+            layouts[name] = (decoded, *where)
+    # Step 16: the arrays of each tree component, then every file.
+    for decoded, data_file, size in layouts.values():
+        _check_arrays(reader, decoded, data_file, size, report)
+    _check_files(reader, report, progress, crc_checked)
+
+
+#: The payload file of each kind that has one (step 13).
+_PAYLOAD = {"tree": "tree.msgpack", "json": "value.json"}
+
+
+def _check_arrays(reader: CheckpointReader, decoded: DecodedTree, data_file: str, size: int,
+                  report: ValidationReport) -> None:
+    """Step 16 for one tree component: for every array R-ARR-14 then R-ARR-13, then R-ARR-12."""
+    try:
+        data_map = reader.source.map_file(data_file, size)
+    except CheckpointError as exc:
+        report.add(exc)
+        return
     seen: set[tuple[int, int]] = set()
     for ref in decoded.arrays:
         if (ref.offset, ref.nbytes) in seen and ref.dtype != "bool":
@@ -143,14 +202,15 @@ def _check_tree(reader: CheckpointReader, name: str, report: ValidationReport) -
 
 
 def _check_files(reader: CheckpointReader, report: ValidationReport, progress: Any, crc_checked: set[str]) -> None:
-    """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22."""
-    is_archive = isinstance(reader.source, ArchiveSource)
+    """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too)."""
+    source = reader.source
+    is_archive = isinstance(source, ArchiveSource)
     for name, record in reader.components.items():
         for rel, entry in record.files.items():
             full = f"{record.path}/{rel}"
             where = field_of("components", name, "files", rel)
             try:
-                view = reader.source.map_file(full, entry.size)
+                view = source.map_file(full, entry.size)
             except CheckpointError as exc:
                 report.add(exc.at(field=where))
                 continue
@@ -174,6 +234,14 @@ def _check_files(reader: CheckpointReader, report: ValidationReport, progress: A
             if digest is not None and digest.hexdigest() != entry.sha256:
                 report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256",
                                           section="R-CHK-8"))
-            if is_archive and zip_crc != reader.source.zip_crc32(full):  # type: ignore[attr-defined]
-                report.add(IntegrityError("the ZIP CRC-32 of the member does not match its data", file=full,
-                                          field="central directory: crc-32", section="R-ZIP-22"))
+            if is_archive and zip_crc != source.zip_crc32(full):  # type: ignore[attr-defined]
+                report.add(_zip_crc_error(full))
+    if is_archive:
+        stored = source.zip_crc32(MANIFEST_NAME)  # type: ignore[attr-defined]
+        if zlib.crc32(source.read_manifest()) != stored:
+            report.add(_zip_crc_error(MANIFEST_NAME))
+
+
+def _zip_crc_error(member: str) -> IntegrityError:
+    return IntegrityError("the ZIP CRC-32 of the member does not match its data", file=member,
+                          field="central directory: crc-32", section="R-ZIP-22")

@@ -51,8 +51,10 @@ TREE_CASES: list[tuple[str, Any, bytes | None, type, str]] = [
     ("empty-document", b"", None, TreeError, "R-TREE-1"),
     ("truncated-array", b"\x93\x01\x02", None, TreeError, "R-TREE-1"),
     ("truncated-str", b"\xa5ab", None, TreeError, "R-TREE-1"),
-    ("absurd-array-count", b"\xdd\xff\xff\xff\xff\x00", None, TreeError, "R-TREE-1"),
-    ("absurd-map-count", b"\xdf\xff\xff\xff\xff\x00\x00", None, TreeError, "R-TREE-1"),
+    # Limits apply to declared counts before truncation (§8.8, R-LIM-11 before R-TREE-1).
+    ("absurd-array-count", b"\xdd\xff\xff\xff\xff\x00", None, LimitExceeded, "R-LIM-11"),
+    ("absurd-map-count", b"\xdf\xff\xff\xff\xff\x00\x00", None, LimitExceeded, "R-LIM-11"),
+    ("declared-count-past-end", b"\xdc\x00\x05\x01", None, TreeError, "R-TREE-1"),
     ("trailing-bytes", packed({"a": 1}) + b"\xc0", None, TreeError, "R-TREE-2"),
     ("two-roots", packed(1) + packed(2), None, TreeError, "R-TREE-2"),
     ("byte-c1", b"\x91\xc1", None, TreeError, "R-TREE-3"),

@@ -106,7 +106,10 @@ class ComponentReader:
         return self.reader.read(self.name, framework=framework, verify=self.verify, map_location=self.map_location)
 
     def tree_into(self, target: Any) -> Any:
-        """The tree (NumPy), with arrays that fit ``target``'s arrays read into them in place."""
+        """The tree (NumPy), with arrays that fit ``target``'s arrays read into them in place.
+
+        Verify-first unless ``verify`` is False: see :meth:`CheckpointReader.read_into`.
+        """
         return self.reader.read_into(self.name, target, verify=self.verify)
 
     def json(self) -> Any:
@@ -258,7 +261,14 @@ class JsonAdapter(Adapter):
 
 
 class TreeAdapter(Adapter):
-    """Arrays and nested containers stored as a tree; arrays are restored into existing ones in place."""
+    """Arrays and nested containers stored as a tree; arrays are restored into existing ones in place.
+
+    A NumPy restore is verify-first (all or nothing): every array of the
+    component is checked before any existing array is written, so a corrupt
+    checkpoint raises :class:`~opencheckpoint.errors.IntegrityError` and
+    leaves the live arrays as they were. ``verify=False`` (the caller's
+    explicit opt-out) fills them in one pass without checks.
+    """
 
     kind = "tree"
 
@@ -268,7 +278,8 @@ class TreeAdapter(Adapter):
     def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
         framework = framework_of(value)
         if framework == "numpy" and isinstance(value, (np.ndarray, dict, list)):
-            # Arrays that fit are filled where they are, in one pass (no intermediate copy).
+            # Arrays that fit are filled where they are (no intermediate copy), after every array
+            # of the component passed its checks (CheckpointReader.read_into).
             loaded = reader.tree_into(value)
         else:
             loaded = reader.tree(framework)

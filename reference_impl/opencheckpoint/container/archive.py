@@ -25,8 +25,7 @@ from ..errors import ArchiveError, CheckpointError, LimitExceeded, MissingFile, 
 from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from ..paths import path_grammar_error, path_limit_error
-from .base import Source, size_mismatch
-from .directory import FileRegion
+from .base import FileRegion, Source, size_mismatch
 
 PADDING_HEADER_ID: Final = 0xD935
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
@@ -109,7 +108,10 @@ class _Member:
 
 
 def _extra_fields(extra: bytes) -> dict[int, bytes]:
-    """Header id -> body of each well-formed extra field (R-ZIP-23: contents are otherwise ignored)."""
+    """Header id -> body of each extra field record (R-ZIP-23: contents are otherwise ignored).
+
+    The area must already have passed :func:`_extra_framing_error` (R-ZIP-25).
+    """
     fields: dict[int, bytes] = {}
     position = 0
     while position + 4 <= len(extra):
@@ -117,6 +119,29 @@ def _extra_fields(extra: bytes) -> dict[int, bytes]:
         fields.setdefault(header_id, extra[position + 4 : position + 4 + length])
         position += 4 + length
     return fields
+
+
+def _extra_framing_error(extra: bytes, file: str, where: str) -> ArchiveError | None:
+    """R-ZIP-25: the area is whole records (2-byte id, 2-byte size n, n bytes) that fill it exactly.
+
+    >>> _extra_framing_error(bytes(4), "a", "x") is None
+    True
+    >>> _extra_framing_error(bytes.fromhex("efbe0200616200"), "a", "x").section
+    'R-ZIP-25'
+    """
+    position = 0
+    while position < len(extra):
+        if len(extra) - position < 4:
+            return ArchiveError(f"the extra field area ends with {len(extra) - position} bytes that are not a "
+                                f"whole record (at byte {position} of {len(extra)})", file=file, field=where,
+                                section="R-ZIP-25")
+        header_id, length = struct.unpack_from("<HH", extra, position)
+        if position + 4 + length > len(extra):
+            return ArchiveError(f"extra field record {header_id:#06x} at byte {position} declares {length} bytes, "
+                                f"running past the {len(extra)}-byte area", file=file, field=where,
+                                section="R-ZIP-25")
+        position += 4 + length
+    return None
 
 
 def _zip64_values(extra: bytes, wanted: list[tuple[str, int, int]], where: str, file: str) -> dict[str, int]:
@@ -244,6 +269,9 @@ class ArchiveSource(Source):
                                    file=where, field=f"central directory entry {len(entries)}", section="R-ZIP-4")
             member = _Member(len(entries), directory[start : start + name_len], fields,
                              directory[start + name_len : start + name_len + extra_len])
+            framing = _extra_framing_error(member.extra, where, member.where("extra field"))
+            if framing is not None:
+                raise framing
             resolved = _zip64_values(member.extra, [("uncompressed size", member.size, 8),
                                                     ("compressed size", member.csize, 8),
                                                     ("local header offset", member.header, 8),
@@ -335,6 +363,11 @@ class ArchiveSource(Source):
         if data % ALIGNMENT:
             return ArchiveError(f"member data starts at {data}, not a multiple of {ALIGNMENT}", file=name,
                                 field=f"{where}: data offset", section="R-ZIP-18")
+        # R-ZIP-25 is in the same group of step 10 as the rules above (their order is free): checked
+        # after R-ZIP-18 so raw bytes appended to misalign the data still report the misalignment.
+        framing = _extra_framing_error(local_extra, name, f"{where}: extra field")
+        if framing is not None:
+            return framing
         if data + member.size > self._cd_offset:
             return ArchiveError("member data runs into the central directory", file=name,
                                 field=f"{where}: data", section="R-ZIP-19")

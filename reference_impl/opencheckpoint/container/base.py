@@ -15,8 +15,9 @@ import abc
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
-from ..errors import CheckpointError, IntegrityError, NotACheckpoint
+from ..errors import CheckpointError, IntegrityError, MissingFile, NotACheckpoint
 
 STAGING_MARK = ".oc-staging-"
 OLD_MARK = ".oc-old-"
@@ -42,16 +43,77 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def read_file(self, rel: str, size: int) -> bytes:
-        """The whole file, which must be exactly ``size`` bytes."""
+        """The whole file as immutable ``bytes`` (in every form), which must be exactly ``size`` bytes."""
 
     @abc.abstractmethod
     def map_file(self, rel: str, size: int) -> memoryview:
         """A read-only memory map of the file, which must be exactly ``size`` bytes."""
 
+    @abc.abstractmethod
+    def open_region(self, rel: str, size: int) -> FileRegion:
+        """The file (which must be exactly ``size`` bytes) for positioned reads into caller buffers.
+
+        Array reads use this rather than :meth:`map_file`, so no page of the
+        file stays resident in the process. The caller closes the region.
+        """
+
     def close(self) -> None:
         """Release resources (maps stay valid while arrays use them)."""
 
     def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FileRegion:
+    """``size`` bytes of an open file starting at ``base``, read with ``preadv`` straight into buffers.
+
+    Reading copies pages from the page cache into the caller's memory once;
+    unlike a map, nothing of the file stays resident in the process.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as f:
+    ...     _ = f.write(b"headerpayload"); f.flush()
+    ...     region = FileRegion(f.fileno(), 6, 7, "x", owns_fd=False)
+    ...     out = bytearray(4); region.readinto(out, 3); bytes(out)
+    b'load'
+    """
+
+    __slots__ = ("fd", "base", "size", "rel", "_owns_fd")
+
+    def __init__(self, fd: int, base: int, size: int, rel: str, *, owns_fd: bool) -> None:
+        self.fd = fd
+        self.base = base
+        self.size = size
+        self.rel = rel
+        self._owns_fd = owns_fd
+
+    def readinto(self, buffer: Any, offset: int) -> None:
+        """Fill ``buffer`` (any writable buffer) with the bytes at ``offset`` of the region."""
+        view = memoryview(buffer).cast("B")
+        want = len(view)
+        if offset < 0 or offset + want > self.size:
+            raise size_mismatch(self.rel, self.size, offset + want)
+        position = 0
+        try:
+            while position < want:
+                count = os.preadv(self.fd, [view[position:]], self.base + offset + position)
+                if count == 0:
+                    break
+                position += count
+        except OSError as exc:
+            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, section="R-CON-3") from None
+        if position != want:  # the file shrank after its size was checked
+            raise size_mismatch(self.rel, offset + position, offset + want)
+
+    def close(self) -> None:
+        if self._owns_fd and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def __enter__(self) -> FileRegion:
         return self
 
     def __exit__(self, *exc: object) -> None:

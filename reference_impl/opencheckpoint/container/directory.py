@@ -13,12 +13,11 @@ import mmap
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
-from .base import Source, size_mismatch
+from .base import FileRegion, Source, size_mismatch
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -171,65 +170,21 @@ class DirectorySource(Source):
         return FileRegion(fd, 0, size, rel, owns_fd=True)
 
 
-class FileRegion:
-    """``size`` bytes of an open file starting at ``base``, read with ``preadv`` straight into buffers.
-
-    Reading copies pages from the page cache into the caller's memory once;
-    unlike a map, nothing of the file stays resident in the process.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryFile() as f:
-    ...     _ = f.write(b"headerpayload"); f.flush()
-    ...     region = FileRegion(f.fileno(), 6, 7, "x", owns_fd=False)
-    ...     out = bytearray(4); region.readinto(out, 3); bytes(out)
-    b'load'
-    """
-
-    __slots__ = ("fd", "base", "size", "rel", "_owns_fd")
-
-    def __init__(self, fd: int, base: int, size: int, rel: str, *, owns_fd: bool) -> None:
-        self.fd = fd
-        self.base = base
-        self.size = size
-        self.rel = rel
-        self._owns_fd = owns_fd
-
-    def readinto(self, buffer: Any, offset: int) -> None:
-        """Fill ``buffer`` (any writable buffer) with the bytes at ``offset`` of the region."""
-        view = memoryview(buffer).cast("B")
-        want = len(view)
-        if offset < 0 or offset + want > self.size:
-            raise size_mismatch(self.rel, self.size, offset + want)
-        position = 0
-        try:
-            while position < want:
-                count = os.preadv(self.fd, [view[position:]], self.base + offset + position)
-                if count == 0:
-                    break
-                position += count
-        except OSError as exc:
-            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, section="R-CON-3") from None
-        if position != want:  # the file shrank after its size was checked
-            raise size_mismatch(self.rel, offset + position, offset + want)
-
-    def close(self) -> None:
-        if self._owns_fd and self.fd >= 0:
-            os.close(self.fd)
-        self.fd = -1
-
-    def __enter__(self) -> FileRegion:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def _read_all(fd: int, size: int, rel: str) -> bytes:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    position = 0
+    """The whole file as ``bytes``: one ``read`` into an immutable object, no second copy.
+
+    A regular file usually answers in one call; only a short read (files over
+    2 GiB on Linux, unusual file systems) goes on into a buffer and is copied once.
+    """
     try:
-        while position < size:
+        first = os.read(fd, size) if size else b""
+        if len(first) == size:
+            return first
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        view[: len(first)] = first
+        position = len(first)
+        while first and position < size:
             count = os.readv(fd, [view[position:]])
             if count == 0:
                 break
@@ -238,4 +193,4 @@ def _read_all(fd: int, size: int, rel: str) -> bytes:
         raise MissingFile(f"cannot read: {exc.strerror}", file=rel, section="R-CON-3") from None
     if position != size:
         raise size_mismatch(rel, position, size)
-    return buffer  # type: ignore[return-value]  # bytearray: no second copy
+    return bytes(buffer)

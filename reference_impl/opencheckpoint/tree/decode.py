@@ -78,6 +78,9 @@ class _Parser:
         self.end = len(data)
         self.pos = 0
         self.nodes = 0
+        # Objects declared by the headers of open arrays and maps but not begun yet: R-LIM-11 counts
+        # them too, so a header declaring too many objects fails even in a truncated file (§8.8).
+        self.pending = 0
         self.arrays: list[ArrayRef] = []
         self.placeholders = False
         self.understood_tags = understood_tags
@@ -87,6 +90,9 @@ class _Parser:
         raise TreeError(f"{message} (byte {self.pos})", field=path, section=section)
 
     def count(self, path: str) -> None:
+        """One object begins: every object but the root is one its parent's header declared."""
+        if self.nodes:
+            self.pending -= 1
         self.nodes += 1
         if self.nodes > TREE_MAX_NODES:
             raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=path, section="R-LIM-11")
@@ -116,6 +122,12 @@ class _Parser:
             length = self.unpack(">I", 4, path)
         else:
             length = byte & 0x0F
+        # R-LIM-11 on what the header declares (objects begun + objects still declared), before R-TREE-1.
+        self.pending += length * minimum_each
+        if self.nodes + self.pending > TREE_MAX_NODES:
+            raise LimitExceeded(f"declares {length} {'entries' if minimum_each == 2 else 'elements'}: the "
+                                f"document would hold {self.nodes + self.pending} msgpack objects, limit "
+                                f"{TREE_MAX_NODES}", field=path, section="R-LIM-11")
         # Every element needs at least one byte: no allocation beyond what the bytes can hold (R-LIM-0).
         if length * minimum_each > self.end - self.pos:
             self.fail(f"declares {length} elements but only {self.end - self.pos} bytes follow", path, "R-TREE-1")
