@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev
 
-.PHONY: demo test venv schemas conformance conformance-regenerate bench bench-quick fuzz docs clean
+.PHONY: demo test venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -22,6 +22,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 schemas: $(STAMP)
 	$(VENV)/bin/opencheckpoint schema export schemas/v1

@@ -74,7 +74,7 @@ class Context:
         """Record a failure as a skipped measurement (with the error) and let the run go on."""
         try:
             yield
-        except Exception as exc:  # noqa: BLE001  (one broken operation must not lose the whole run)
+        except Exception as exc:  # one broken operation must not lose the whole run
             self.skip(group, name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
     def get(self, name: str) -> Result | None:

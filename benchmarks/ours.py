@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+import opencheckpoint
 from common import Context, remove
+from opencheckpoint.inspect import describe
 from prototype import verified_read_into, verified_restore_into
 from state import ArrayModule, make_arrays, torch_module, touched_like
 from timing import measure, settle_writes
-
-import opencheckpoint
-from opencheckpoint.inspect import describe
 
 COMPONENT = "model"
 
@@ -45,7 +45,8 @@ def run(ctx: Context) -> Path:
             remove(target)
             settle_writes()
 
-        ctx.record("opencheckpoint", name, measure(lambda: checkpoint.save(target), repeat=ctx.repeat,
+        # partial binds this iteration's checkpoint now, not whatever the loop variable holds when called
+        ctx.record("opencheckpoint", name, measure(partial(checkpoint.save, target), repeat=ctx.repeat,
                                                    setup=before), total)
 
     ctx.step("OpenCheckpoint read_component (fresh memory, verified)")
@@ -65,7 +66,7 @@ def run(ctx: Context) -> Path:
         label = "verified" if verify else "unverified"
         ctx.step(f"OpenCheckpoint restore into existing NumPy arrays ({label})")
         ctx.record("opencheckpoint", f"restore numpy {label}", measure(
-            lambda: restore.load(target, verify=verify), repeat=ctx.repeat), total,
+            partial(restore.load, target, verify=verify), repeat=ctx.repeat), total,
             note="StateDictAdapter: load_state_dict copies into existing arrays")
     _check(destination, arrays)
 
@@ -77,7 +78,7 @@ def run(ctx: Context) -> Path:
                 label = "verified" if verify else "unverified"
                 ctx.step(f"OpenCheckpoint restore into torch parameters ({label})")
                 ctx.record("opencheckpoint", f"restore torch {label}", measure(
-                    lambda: restore_torch.load(target, verify=verify), repeat=ctx.repeat), total,
+                    partial(restore_torch.load, target, verify=verify), repeat=ctx.repeat), total,
                     note="Checkpoint.load into an nn.Module")
             _check({k: v.detach().numpy() for k, v in module.state_dict().items()}, arrays)
             del module, restore_torch
@@ -86,12 +87,12 @@ def run(ctx: Context) -> Path:
 
     ctx.step("prototype: verified copy from the map straight into existing arrays")
     ctx.record("prototype", "verified restore into existing (prototype)", measure(
-        lambda: verified_restore_into(target, COMPONENT, destination), repeat=ctx.repeat), total,
+        partial(verified_restore_into, target, COMPONENT, destination), repeat=ctx.repeat), total,
         note="benchmarks/prototype.py: what restore could cost (not project code)")
     _check(destination, arrays)
     ctx.step("prototype: verified readinto existing arrays (no map)")
     ctx.record("prototype", "verified readinto existing (prototype)", measure(
-        lambda: verified_read_into(target, COMPONENT, destination), repeat=ctx.repeat), total,
+        partial(verified_read_into, target, COMPONENT, destination), repeat=ctx.repeat), total,
         note="benchmarks/prototype.py: pread 1 MiB chunks into the target, CRC while hot")
     _check(destination, arrays)
     ctx.step("prototype: verified readinto fresh arrays (no map)")
@@ -130,10 +131,10 @@ def _open_and_inspect(ctx: Context, big: Path) -> None:
     repeat = max(10, ctx.repeat * 5)  # milliseconds each: more samples are cheap
     for path, size_label, nbytes in ((big, "full", ctx.nbytes), (small, "1/64", ctx.nbytes // 64)):
         ctx.step(f"lazy open + tree ({size_label} size)")
-        ctx.record("open/inspect", f"lazy open+tree ({size_label})", measure(lambda: _open_tree(path),
+        ctx.record("open/inspect", f"lazy open+tree ({size_label})", measure(partial(_open_tree, path),
                                                                              repeat=repeat), None,
                    note=f"{count} arrays, {nbytes / (1 << 20):.0f} MiB")
         ctx.step(f"inspect ({size_label} size)")
-        ctx.record("open/inspect", f"inspect ({size_label})", measure(lambda: describe(path), repeat=repeat), None,
+        ctx.record("open/inspect", f"inspect ({size_label})", measure(partial(describe, path), repeat=repeat), None,
                    note=f"{count} arrays, {nbytes / (1 << 20):.0f} MiB")
     remove(small)

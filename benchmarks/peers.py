@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +74,19 @@ def _safetensors(ctx: Context, arrays: dict[str, np.ndarray], total: int) -> Non
     module = torch_module(arrays, share=False)
     ctx.step("safetensors load + load_state_dict")
     ctx.record("peer", "safetensors + load_state_dict", measure(
-        lambda: module.load_state_dict(safetensors.torch.load_file(path)), repeat=ctx.repeat), total)
-    del module
+        partial(_load_state_dict, module, safetensors.torch.load_file, path), repeat=ctx.repeat), total)
+    del module  # free its parameters before the NumPy copy below allocates its own
     numpy_model = ArrayModule(touched_like(arrays))
     ctx.step("safetensors load + copy into existing NumPy arrays")
     ctx.record("peer", "safetensors + copy into numpy", measure(
         lambda: numpy_model.load_state_dict(safetensors.numpy.load_file(path)), repeat=ctx.repeat), total)
     remove(path)
+
+
+def _load_state_dict(module: Any, load: Callable[[Path], Any], path: Path) -> Any:
+    """``module.load_state_dict(load(path))``: bound with ``partial``, so the ``del module`` after the
+    measurement cannot leave a closure pointing at a deleted name."""
+    return module.load_state_dict(load(path))
 
 
 def _npz(ctx: Context, arrays: dict[str, np.ndarray], total: int) -> None:

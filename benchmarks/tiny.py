@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import opencheckpoint
 from common import Context, remove
 from peers import torchrl_checkpoint
 from state import make_tiny_arrays, torch_tensors
 from timing import measure, settle_writes
-
-import opencheckpoint
 
 GROUP = "tiny arrays"
 
@@ -39,7 +39,7 @@ def run(ctx: Context, count: int = 20_000) -> None:
     path = ctx.tmp / "tiny-ours"
     for durable, label in ((False, "OpenCheckpoint"), (True, "OpenCheckpoint durable")):
         checkpoint = opencheckpoint.Checkpoint(tiny=arrays, durable=durable)
-        _pair(ctx, label, path, lambda: checkpoint.save(path),
+        _pair(ctx, label, path, partial(checkpoint.save, path),
               lambda: opencheckpoint.read_component(path, "tiny"), repeat)
 
     st_path = ctx.tmp / "tiny.safetensors"

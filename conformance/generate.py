@@ -594,7 +594,6 @@ def _(b: Builder) -> None:
 # ==============================================================================================
 def _producer_patch() -> Iterator[None]:
     import contextlib
-
     import importlib
 
     # the module that writes manifest.json for Checkpoint.save (it moved once; patch wherever it is used)
@@ -673,7 +672,7 @@ def _(b: Builder) -> None:
     params = nnx.state(model, nnx.Param)
     opt_state = tx.init(params)
     grads = jax.tree_util.tree_map(jnp.ones_like, params)
-    updates, opt_state = tx.update(grads, opt_state, params)
+    _updates, opt_state = tx.update(grads, opt_state, params)
     save_real(b, model=model, opt_state=opt_state)
 
 

@@ -398,7 +398,7 @@ def _canonical(node: Any) -> Any:
     if isinstance(node, complex):
         return ("c", struct.pack(">dd", node.real, node.imag))
     if isinstance(node, NamedTupleValue):
-        return ("nt", node.type_name, [(k, _canonical(v)) for k, v in zip(node._fields, node)])
+        return ("nt", node.type_name, [(k, _canonical(v)) for k, v in zip(node._fields, node, strict=True)])
     if isinstance(node, dict):
         return ("d", [(type(k).__name__, k, _canonical(v)) for k, v in node.items()])
     if isinstance(node, (list, tuple)):

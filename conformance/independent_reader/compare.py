@@ -51,7 +51,8 @@ def main():
         cj = os.path.join(cdir, "case.json")
         if not os.path.isfile(cj):
             continue
-        case = json.load(open(cj))
+        with open(cj) as f:
+            case = json.load(f)
         path = case.get("read_path") or ("checkpoint" if os.path.exists(os.path.join(cdir, "checkpoint")) else None)
         ck = os.path.join(cdir, path) if path else find_ckpt(cdir, case)
         p = subprocess.run([RUN, "read", ck], capture_output=True, text=True)
@@ -63,7 +64,8 @@ def main():
             elif not os.path.exists(exp_p):
                 ok, why = True, "(no expected.json)"
             else:
-                ok = eq(load(p.stdout), load(open(exp_p).read()))
+                with open(exp_p) as f:
+                    ok = eq(load(p.stdout), load(f.read()))
                 why = "" if ok else "rendering differs"
         else:
             want = case.get("error") or case.get("error_class") or case.get("expected_error")

@@ -104,7 +104,8 @@ def _check_surrogates(v, file, ptr):
         v, p = stack.pop()
         if isinstance(v, str):
             if _has_surrogate(v):
-                raise CheckpointError("ManifestError", file, p or "/", "string contains an unpaired surrogate escape", "R-MAN-5")
+                raise CheckpointError("ManifestError", file, p or "/", "string contains an unpaired surrogate escape",
+                                      "R-MAN-5")
         elif isinstance(v, dict):
             for k, x in v.items():
                 if _has_surrogate(k):

@@ -8,6 +8,7 @@ Two passes over the bytes:
 """
 from __future__ import annotations
 
+import re
 import struct
 
 from errors import CheckpointError
@@ -25,7 +26,6 @@ DTYPES = {
     "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
 }
 
-import re
 _IMPL_RE = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+")
 
 
@@ -372,7 +372,7 @@ class _Decoder:
     def read_array(self, cnt, ptr):
         if cnt >= 1 and self.pos < self.n and self.buf[self.pos] == 0xC7:
             mptr = ptr + "/0"
-            kind, v = self.header(mptr)
+            _kind, v = self.header(mptr)
             ln, t, _ = v
             if ln != 0:
                 self.err(mptr, f"ext object has length {ln}; only tag markers c7 00 T are allowed", "R-TREE-13")
@@ -455,7 +455,8 @@ class _Decoder:
             self.check_dtype(dt, ptr + "/1")
             raw = self.field(ptr + "/2", "bin")
             if len(raw) != DTYPES[dt]:
-                self.err(ptr + "/2", f"typed scalar raw has {len(raw)} bytes, dtype {dt} has itemsize {DTYPES[dt]}", "R-TREE-23")
+                self.err(ptr + "/2", f"typed scalar raw has {len(raw)} bytes, dtype {dt} has itemsize {DTYPES[dt]}",
+                         "R-TREE-23")
             if dt == "bool" and raw[0] not in (0, 1):
                 self.err(ptr + "/2", "bool typed scalar byte is not 00 or 01", "R-TREE-24")
             return NScalar(dt, raw)
@@ -470,7 +471,7 @@ class _Decoder:
             if kind != "array" or v < 1 or self.pos >= self.n or self.buf[self.pos] != 0xC7:
                 self.skip_after_header(kind, v, dptr)
                 self.err(dptr, "PRNG key data must be an array node (tag 6)", "R-TREE-17")
-            mkind, mv = self.header(dptr + "/0")
+            _mkind, mv = self.header(dptr + "/0")
             ln, tt, _ = mv
             if ln != 0:
                 self.err(dptr + "/0", f"ext object has length {ln}", "R-TREE-13")

@@ -1,7 +1,6 @@
 """ZIP archive form per spec section 3.3, parsed by hand (no zipfile module)."""
 from __future__ import annotations
 
-import re
 import struct
 
 from errors import CheckpointError
@@ -38,7 +37,8 @@ def parse_extras(raw: bytes, file: str, where: str):
             raise _arch(file, f"{where}: extra field", "truncated extra field record", "R-ZIP-25")
         hid, ln = struct.unpack_from("<HH", raw, p)
         if p + 4 + ln > len(raw):
-            raise _arch(file, f"{where}: extra field 0x{hid:04x}", "extra field record overruns the extra field area", "R-ZIP-25")
+            raise _arch(file, f"{where}: extra field 0x{hid:04x}", "extra field record overruns the extra field area",
+                        "R-ZIP-25")
         out.append((hid, raw[p + 4:p + 4 + ln]))
         p += 4 + ln
     return out
@@ -59,34 +59,43 @@ class Archive:
     def open_structure(self):
         buf, size, f = self.buf, self.size, self.display
         if size < 4 or bytes(buf[0:4]) != SIG_LOCAL:
-            raise CheckpointError("NotACheckpoint", f, "offset 0", "file does not begin with a ZIP local file header signature", "R-ZIP-1")
+            raise CheckpointError("NotACheckpoint", f, "offset 0",
+                                  "file does not begin with a ZIP local file header signature", "R-ZIP-1")
         if size < 22 or bytes(buf[size - 22:size - 18]) != SIG_EOCD:
             raise _arch(f, "end of central directory record", "not found in the last 22 bytes", "R-ZIP-2")
         (disk, cd_disk, n_disk, n_total, cd_size, cd_off, clen) = struct.unpack_from("<HHHHIIH", buf, size - 18)
         if clen != 0:
-            raise _arch(f, "end of central directory record: comment length", f"comment length {clen} (must be 0)", "R-ZIP-2")
+            raise _arch(f, "end of central directory record: comment length", f"comment length {clen} (must be 0)",
+                        "R-ZIP-2")
         eocd_start = size - 22
         cd_end_limit = eocd_start
         z64 = None
         if eocd_start >= 20 and bytes(buf[eocd_start - 20:eocd_start - 16]) == SIG_Z64_LOC:
             loc = eocd_start - 20
-            z_disk, z_off, z_ndisks = struct.unpack_from("<IQI", buf, loc + 4)
+            z_disk, z_off, _z_ndisks = struct.unpack_from("<IQI", buf, loc + 4)
             if z_disk != 0:
-                raise _arch(f, "ZIP64 end of central directory locator: disk number", f"{z_disk} (must be 0)", "R-ZIP-3")
+                raise _arch(f, "ZIP64 end of central directory locator: disk number", f"{z_disk} (must be 0)",
+                            "R-ZIP-3")
             if z_off + 56 > loc or bytes(buf[z_off:z_off + 4]) != SIG_Z64_EOCD:
-                raise _arch(f, "ZIP64 end of central directory record", "not found at the offset given by the locator", "R-ZIP-15")
-            (rec_size, _vm, _vn, zdisk, zcd_disk, zn_disk, zn_total, zcd_size, zcd_off) = struct.unpack_from("<QHHIIQQQQ", buf, z_off + 4)
+                raise _arch(f, "ZIP64 end of central directory record", "not found at the offset given by the locator",
+                            "R-ZIP-15")
+            (rec_size, _vm, _vn, zdisk, zcd_disk, zn_disk, zn_total, zcd_size, zcd_off) = struct.unpack_from(
+                "<QHHIIQQQQ", buf, z_off + 4)
             if z_off + 12 + rec_size != loc:
-                raise _arch(f, "ZIP64 end of central directory record: size", "record does not end at the ZIP64 locator", "R-ZIP-24")
+                raise _arch(f, "ZIP64 end of central directory record: size",
+                            "record does not end at the ZIP64 locator", "R-ZIP-24")
             if zdisk != 0 or zcd_disk != 0:
                 raise _arch(f, "ZIP64 end of central directory record: disk numbers", "must be 0", "R-ZIP-3")
             z64 = (zn_disk, zn_total, zcd_size, zcd_off)
             cd_end_limit = z_off
         sentinel = disk == U16 or cd_disk == U16 or n_disk == U16 or n_total == U16 or cd_size == U32 or cd_off == U32
         if sentinel and z64 is None:
-            raise _arch(f, "end of central directory record", "a field holds 0xffff/0xffffffff but no ZIP64 end of central directory record is present", "R-ZIP-15")
+            raise _arch(f, "end of central directory record",
+                        "a field holds 0xffff/0xffffffff but no ZIP64 end of central directory record is present",
+                        "R-ZIP-15")
         if disk not in (0, U16) or cd_disk not in (0, U16) or (z64 is None and (disk != 0 or cd_disk != 0)):
-            raise _arch(f, "end of central directory record: disk numbers", f"number of this disk {disk}, disk of central directory {cd_disk} (must be 0)", "R-ZIP-3")
+            raise _arch(f, "end of central directory record: disk numbers",
+                        f"number of this disk {disk}, disk of central directory {cd_disk} (must be 0)", "R-ZIP-3")
         if z64 is not None:
             if n_disk == U16:
                 n_disk = z64[0]
@@ -101,7 +110,8 @@ class Archive:
                                   f"{max(n_total, n_disk)} central directory entries exceed {MAX_ENTRIES}", "R-LIM-17")
         if cd_off + cd_size != cd_end_limit:
             raise _arch(f, "end of central directory record: central directory offset/size",
-                        f"central directory [{cd_off}, {cd_off + cd_size}) does not end where the end records begin ({cd_end_limit})", "R-ZIP-24")
+                        f"central directory [{cd_off}, {cd_off + cd_size}) does not end where the end records begin "
+                        f"({cd_end_limit})", "R-ZIP-24")
         self.cd_off, self.cd_end = cd_off, cd_off + cd_size
         p = cd_off
         members = []
@@ -109,7 +119,8 @@ class Archive:
             i = len(members)
             where = f"central directory entry {i}"
             if len(members) >= MAX_ENTRIES:
-                raise CheckpointError("LimitExceeded", f, where, f"more than {MAX_ENTRIES} central directory entries", "R-LIM-17")
+                raise CheckpointError("LimitExceeded", f, where, f"more than {MAX_ENTRIES} central directory entries",
+                                      "R-LIM-17")
             if p + 46 > self.cd_end or bytes(buf[p:p + 4]) != SIG_CENTRAL:
                 raise _arch(f, where, "central directory entry signature/header not readable", "R-ZIP-2")
             (made_by, _need, flags, method, _t, _d, crc, csize, usize, nlen, elen, clen2,
@@ -127,10 +138,12 @@ class Archive:
             zd = z[0] if z else b""
             zp = 0
 
-            def z64val(width, field):
+            def z64val(width, field, zd=zd, where=where):  # this member's extra, bound now
                 nonlocal zp
                 if zp + width > len(zd):
-                    raise _arch(f, f"{where}: {field}", "field holds the ZIP64 sentinel but the ZIP64 extra field does not supply it", "R-ZIP-15")
+                    raise _arch(f, f"{where}: {field}",
+                                "field holds the ZIP64 sentinel but the ZIP64 extra field does not supply it",
+                                "R-ZIP-15")
                 v = int.from_bytes(zd[zp:zp + width], "little")
                 zp += width
                 return v
@@ -149,13 +162,16 @@ class Archive:
             p += 46 + nlen + elen + clen2
         if n_total != len(members) or n_disk != len(members):
             raise _arch(f, "end of central directory record: entry counts",
-                        f"total {n_total} / this disk {n_disk}, but the central directory has {len(members)} entries", "R-ZIP-4")
+                        f"total {n_total} / this disk {n_disk}, but the central directory has {len(members)} entries",
+                        "R-ZIP-4")
         self.members = members
         names = [m.name for m in members]
         if b"manifest.json" not in names:
-            raise CheckpointError("NotACheckpoint", f, "central directory", "archive has no member manifest.json", "R-CON-1")
+            raise CheckpointError("NotACheckpoint", f, "central directory", "archive has no member manifest.json",
+                                  "R-CON-1")
         if names[-1] != b"manifest.json":
-            raise _arch(f, f"central directory entry {len(members) - 1}", "manifest.json is not the last central directory entry", "R-ZIP-21")
+            raise _arch(f, f"central directory entry {len(members) - 1}",
+                        "manifest.json is not the last central directory entry", "R-ZIP-21")
         return self
 
     # ---------------------------------------------------- member-level checks
@@ -167,7 +183,8 @@ class Archive:
         if m.method != 0:
             raise _arch(f, f"{where}: compression method", f"{m.method} (must be 0, STORED)", "R-ZIP-5")
         if m.csize != m.usize:
-            raise _arch(f, f"{where}: compressed size", f"compressed size {m.csize} != uncompressed size {m.usize}", "R-ZIP-6")
+            raise _arch(f, f"{where}: compressed size", f"compressed size {m.csize} != uncompressed size {m.usize}",
+                        "R-ZIP-6")
         self._flags(m.flags, where)
         if any(h == 0x7075 for h, _ in m.extras):
             raise _arch(f, f"{where}: extra field 0x7075", "Info-ZIP Unicode Path extra field present", "R-ZIP-16")
@@ -180,11 +197,13 @@ class Archive:
                                   f"UNIX file type {m.ext_attr >> 28:#x} is not a regular file", "R-ZIP-17")
         if expected_off is not None and m.local_off != expected_off:
             raise _arch(f, f"{where}: local header offset",
-                        f"local header at {m.local_off}, expected {expected_off} (headers must be contiguous, in central directory order)", "R-ZIP-19")
+                        f"local header at {m.local_off}, expected {expected_off} "
+                        "(headers must be contiguous, in central directory order)", "R-ZIP-19")
         lo = m.local_off
         if lo + 30 > self.cd_off or bytes(buf[lo:lo + 4]) != SIG_LOCAL:
             raise _arch(f, lwhere, f"no local file header at offset {lo}", "R-ZIP-19")
-        (_need, lflags, lmethod, _t, _d, lcrc, lcsize, lusize, lnlen, lelen) = struct.unpack_from("<HHHHHIIIHH", buf, lo + 4)
+        (_need, lflags, lmethod, _t, _d, lcrc, lcsize, lusize, lnlen, lelen) = struct.unpack_from(
+            "<HHHHHIIIHH", buf, lo + 4)
         if lo + 30 + lnlen + lelen > self.cd_off:
             raise _arch(f, lwhere, "local header overruns the member area", "R-ZIP-19")
         lname = bytes(buf[lo + 30:lo + 30 + lnlen])
@@ -206,14 +225,16 @@ class Archive:
             for nm, v in (("uncompressed size", lusize), ("compressed size", lcsize)):
                 if v == U32 or len(zd) >= 16:
                     if zp + 8 > len(zd):
-                        raise _arch(f, f"{lwhere}: {nm}", "field holds 0xffffffff but the ZIP64 extra field does not supply it", "R-ZIP-15")
+                        raise _arch(f, f"{lwhere}: {nm}",
+                                    "field holds 0xffffffff but the ZIP64 extra field does not supply it", "R-ZIP-15")
                     vals[nm] = int.from_bytes(zd[zp:zp + 8], "little")
                     zp += 8
                 else:
                     vals[nm] = v
             lusize, lcsize = vals["uncompressed size"], vals["compressed size"]
         if lcsize != m.csize or lusize != m.usize:
-            raise _arch(f, f"{lwhere}: sizes", f"local sizes {lcsize}/{lusize} != central {m.csize}/{m.usize}", "R-ZIP-14")
+            raise _arch(f, f"{lwhere}: sizes", f"local sizes {lcsize}/{lusize} != central {m.csize}/{m.usize}",
+                        "R-ZIP-14")
         if lcsize != lusize:
             raise _arch(f, f"{lwhere}: compressed size", "compressed size != uncompressed size", "R-ZIP-6")
         ds = lo + 30 + lnlen + lelen
@@ -231,7 +252,8 @@ class Archive:
         if flags & 0x0008:
             raise _arch(f, f"{where}: general purpose flags", "bit 3 (data descriptor) set", "R-ZIP-8")
         if flags & 0x0040 or flags & 0x2000:
-            raise _arch(f, f"{where}: general purpose flags", "bit 6 or 13 (strong encryption / masked header) set", "R-ZIP-9")
+            raise _arch(f, f"{where}: general purpose flags", "bit 6 or 13 (strong encryption / masked header) set",
+                        "R-ZIP-9")
 
     def data(self, m: Member):
         return self.buf[m.data_start:m.data_start + m.usize]

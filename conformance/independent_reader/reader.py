@@ -16,14 +16,14 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from errors import CheckpointError  # noqa: E402
-import ocrc  # noqa: E402
-import ojson  # noqa: E402
-from ojson import JFloat  # noqa: E402
-import otree  # noqa: E402
-from otree import DTYPES  # noqa: E402
-import ozip  # noqa: E402
-import render  # noqa: E402
+import ocrc
+import ojson
+import otree
+import ozip
+import render
+from errors import CheckpointError
+from ojson import JFloat
+from otree import DTYPES
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST = 64 * 1024 * 1024
@@ -74,14 +74,13 @@ class DirStore:
         p = os.path.join(self.root, MANIFEST)
         try:
             st = os.lstat(p)
-        except FileNotFoundError:
-            raise E("NotACheckpoint", MANIFEST, "-", "directory has no file manifest.json", "R-CON-1")
-        except NotADirectoryError:
-            raise E("NotACheckpoint", MANIFEST, "-", "directory has no file manifest.json", "R-CON-1")
+        except (FileNotFoundError, NotADirectoryError):
+            raise E("NotACheckpoint", MANIFEST, "-", "directory has no file manifest.json", "R-CON-1") from None
         if stat.S_ISDIR(st.st_mode):
             raise E("NotACheckpoint", MANIFEST, "-", "manifest.json is a directory, not a file", "R-CON-1")
         if not stat.S_ISREG(st.st_mode):
-            raise E("UnsafePath", MANIFEST, "-", "manifest.json is not a regular file (symbolic link or special file)", "R-CON-4")
+            raise E("UnsafePath", MANIFEST, "-", "manifest.json is not a regular file (symbolic link or special file)",
+                    "R-CON-4")
         self.manifest_size = st.st_size
 
     def read_manifest(self):
@@ -179,7 +178,8 @@ class ZipStore:
                 raise E("LimitExceeded", f, where, f"member name is {len(m.name)} bytes (max {MAX_PATH})", "R-LIM-7")
             for seg in m.name.split(b"/"):
                 if len(seg) > MAX_SEGMENT:
-                    raise E("LimitExceeded", f, where, f"member name segment is {len(seg)} bytes (max {MAX_SEGMENT})", "R-LIM-8")
+                    raise E("LimitExceeded", f, where, f"member name segment is {len(seg)} bytes (max {MAX_SEGMENT})",
+                            "R-LIM-8")
             try:
                 name = m.name.decode("ascii")
             except UnicodeDecodeError:
@@ -264,7 +264,8 @@ def locate(path: str):
         return store
     if not good:
         raise E("NotACheckpoint", path, "-", "path does not exist and no old checkpoint can be opened", "R-PUB-10")
-    raise E("NotACheckpoint", path, "-", f"path does not exist and {len(good)} old checkpoints open without error", "R-PUB-14")
+    raise E("NotACheckpoint", path, "-", f"path does not exist and {len(good)} old checkpoints open without error",
+            "R-PUB-14")
 
 
 # ======================================================================= reader
@@ -278,7 +279,8 @@ class Reader:
         st = self.store
         st.step2()                                                        # step 2
         if st.manifest_size > MAX_MANIFEST:                                # step 3
-            raise E("LimitExceeded", MANIFEST, "-", f"manifest is {st.manifest_size} bytes (max {MAX_MANIFEST})", "R-LIM-1")
+            raise E("LimitExceeded", MANIFEST, "-", f"manifest is {st.manifest_size} bytes (max {MAX_MANIFEST})",
+                    "R-LIM-1")
         raw = st.read_manifest()
         if len(raw) > MAX_MANIFEST:
             raise E("LimitExceeded", MANIFEST, "-", f"manifest is {len(raw)} bytes (max {MAX_MANIFEST})", "R-LIM-1")
@@ -306,7 +308,8 @@ class Reader:
             raise E("ManifestError", MANIFEST, "/format_version", "member format_version is missing", "R-MAN-10")
         fv = man["format_version"]
         if not is_int(fv) or fv < 1:
-            raise E("ManifestError", MANIFEST, "/format_version", f"format_version {json.dumps(fv)} is not an integer >= 1", "R-MAN-10")
+            raise E("ManifestError", MANIFEST, "/format_version",
+                    f"format_version {json.dumps(fv)} is not an integer >= 1", "R-MAN-10")
         if fv > 1:
             raise E("UnsupportedVersion", MANIFEST, "/format_version",
                     f"format_version {fv} found; this reader supports up to format version 1", "R-VER-3")
@@ -344,7 +347,8 @@ class Reader:
             raise M("/created_at", "created_at is not a string", "R-MAN-14")
         mt = CREATED_AT_RE.fullmatch(ca)
         if not mt:
-            raise M("/created_at", f"created_at {ca!r} is not an RFC 3339 UTC timestamp of the required form", "R-MAN-14")
+            raise M("/created_at", f"created_at {ca!r} is not an RFC 3339 UTC timestamp of the required form",
+                    "R-MAN-14")
         y, mo, d, h, mi, s = (int(mt.group(i)) for i in range(1, 7))
         leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
         mdays = [31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
@@ -376,10 +380,12 @@ class Reader:
         if not isinstance(comps, dict):
             raise M("/components", "components is not an object", "R-MAN-23")
         if len(comps) > MAX_COMPONENTS:
-            raise E("LimitExceeded", MANIFEST, "/components", f"{len(comps)} components (max {MAX_COMPONENTS})", "R-LIM-5")
+            raise E("LimitExceeded", MANIFEST, "/components", f"{len(comps)} components (max {MAX_COMPONENTS})",
+                    "R-LIM-5")
         total = sum(len(c["files"]) for c in comps.values() if isinstance(c, dict) and isinstance(c.get("files"), dict))
         if total > MAX_FILE_ENTRIES:
-            raise E("LimitExceeded", MANIFEST, "/components", f"{total} file entries (max {MAX_FILE_ENTRIES})", "R-LIM-6")
+            raise E("LimitExceeded", MANIFEST, "/components", f"{total} file entries (max {MAX_FILE_ENTRIES})",
+                    "R-LIM-6")
         for name, rec in comps.items():
             self.component_structure(name, rec, M)
         for name, rec in exts.items():
@@ -498,7 +504,8 @@ class Reader:
             if f == MANIFEST:
                 raise U(MANIFEST, p, "component path equals manifest.json", "R-CMP-8")
             if f in cpaths:
-                raise U(MANIFEST, p, f"component path {rec['path']!r} conflicts with component {cpaths[f]!r}", "R-CMP-6")
+                raise U(MANIFEST, p, f"component path {rec['path']!r} conflicts with component {cpaths[f]!r}",
+                        "R-CMP-6")
             cpaths[f] = name
         for f, name in cpaths.items():
             parts = f.split("/")
@@ -532,7 +539,8 @@ class Reader:
         for name, rec in man["extensions"].items():
             if rec["must_understand"] is True:
                 raise E("UnsupportedExtension", MANIFEST, "/extensions/" + esc(name),
-                        f"extension {name!r} version {rec['version']} is must_understand and not understood by this reader", "R-EXT-7")
+                        f"extension {name!r} version {rec['version']} is must_understand and not understood "
+                        "by this reader", "R-EXT-7")
 
     # ------------------------------------------------------------ steps 12-16
     def decode_all(self):
@@ -543,7 +551,8 @@ class Reader:
             kind, kv = rec["kind"], rec["kind_version"]
             if kind in BUILTIN_KINDS and kv > BUILTIN_KINDS[kind]:
                 raise E("UnsupportedVersion", MANIFEST, f"/components/{esc(name)}/kind_version",
-                        f"kind {kind} version {kv} found; this reader supports up to version {BUILTIN_KINDS[kind]}", "R-CMP-19")
+                        f"kind {kind} version {kv} found; this reader supports up to version {BUILTIN_KINDS[kind]}",
+                        "R-CMP-19")
         verified = set()
         payload = {}
         # step 13: payload file size limit, then crc32c
@@ -556,7 +565,8 @@ class Reader:
             fp = rec["path"] + "/" + key
             sz = st.size(fp)
             if sz > limit:
-                raise E("LimitExceeded", fp, f"/components/{esc(name)}/files/{key}/size", f"{key} is {sz} bytes (max {limit})", req)
+                raise E("LimitExceeded", fp, f"/components/{esc(name)}/files/{key}/size",
+                        f"{key} is {sz} bytes (max {limit})", req)
             data = st.read(fp)
             self.check_crc(fp, name, key, rec["files"][key], data)
             verified.add(fp)
@@ -642,7 +652,7 @@ class Reader:
                 if d > 2**63 - 1:
                     raise L(a, f"dimension {d} exceeds 2^63-1", "R-LIM-14", f"/2/{i}")
             prod = 1
-            for i, d in enumerate(a.shape):
+            for d in a.shape:
                 prod *= d
                 if prod >= 2**63:
                     raise L(a, "running product of the shape reaches 2^63", "R-LIM-15", "/2")
@@ -671,9 +681,13 @@ class Reader:
         for a in ext:
             if prev is not None and (a.offset, a.nbytes) == (prev.offset, prev.nbytes):
                 if a.crc32c != prev.crc32c:
-                    raise A(a, f"arrays with identical extents have different crc32c (also {prev.ptr or '/'})", "R-ARR-10", "/5")
+                    raise A(a, f"arrays with identical extents have different crc32c (also {prev.ptr or '/'})",
+                            "R-ARR-10", "/5")
             elif a.offset < max_end:
-                raise A(a, f"extent [{a.offset}, {a.offset + a.nbytes}) overlaps [{max_a.offset}, {max_a.offset + max_a.nbytes}) of {max_a.ptr or '/'}", "R-ARR-9", "/3")
+                raise A(a,
+                        f"extent [{a.offset}, {a.offset + a.nbytes}) overlaps "
+                        f"[{max_a.offset}, {max_a.offset + max_a.nbytes}) of {max_a.ptr or '/'}",
+                        "R-ARR-9", "/3")
             prev = a
             if a.offset + a.nbytes > max_end:
                 max_end, max_a = a.offset + a.nbytes, a
@@ -738,7 +752,8 @@ def main(argv):
             sys.stderr.write(f"error: {e.cls}: {e.line()}\n")
             return 1
         except Exception as e:  # I/O errors or a reader bug: still one well-formed line, exit 1
-            sys.stderr.write(f"error: CheckpointError: {argv[1]}: -: internal {type(e).__name__}: {' '.join(str(e).split())}\n")
+            sys.stderr.write(f"error: CheckpointError: {argv[1]}: -: internal {type(e).__name__}: "
+                             f"{' '.join(str(e).split())}\n")
             return 1
         out = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         sys.stdout.buffer.write(out.encode("utf-8"))

@@ -6,8 +6,7 @@ import math
 import struct
 
 from ojson import JFloat
-from otree import (NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple,
-                   NPrngKey, NScalar, NTuple)
+from otree import NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple, NPrngKey, NScalar, NTuple
 
 
 def blob(b) -> dict:

@@ -16,13 +16,23 @@ import msgpack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ocrc import crc32c_hex, crc32c  # noqa: E402
+from ocrc import crc32c, crc32c_hex  # noqa: E402
 
 RUN = os.path.join(HERE, "run")
 
 
 def M(t):
     return msgpack.ExtType(t, b"")
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def pk(o):
@@ -90,7 +100,8 @@ def write_dir(root, man, files, raw_manifest=None):
 
 
 def write_zip(path, man, files, raw_manifest=None, tweak=None, zip64=False):
-    members = list(files.items()) + [("manifest.json", raw_manifest if raw_manifest is not None else manifest_bytes(man))]
+    manifest = raw_manifest if raw_manifest is not None else manifest_bytes(man)
+    members = [*files.items(), ("manifest.json", manifest)]
     out = bytearray()
     cd = bytearray()
     for name, data in members:
@@ -148,12 +159,14 @@ def tree_only(tree, data=b"", **kw):
 # ---------------------------------------------------------------- cases
 @case("OK")
 def valid_default(d):
-    man, files = default_ckpt(); write_dir(d, man, files)
+    man, files = default_ckpt()
+    write_dir(d, man, files)
 
 
 @case("OK", "zip")
 def valid_zip(d):
-    man, files = default_ckpt(); write_zip(d, man, files)
+    man, files = default_ckpt()
+    write_zip(d, man, files)
 
 
 @case("OK")
@@ -182,100 +195,133 @@ def ext_must(d):
 
 @case("NotACheckpoint")
 def no_manifest(d):
-    man, files = default_ckpt(); write_dir(d, man, files); os.remove(os.path.join(d, "manifest.json"))
+    man, files = default_ckpt()
+    write_dir(d, man, files)
+    os.remove(os.path.join(d, "manifest.json"))
 
 
 @case("UnsafePath")
 def manifest_symlink(d):
-    man, files = default_ckpt(); write_dir(d, man, files)
+    man, files = default_ckpt()
+    write_dir(d, man, files)
     os.rename(os.path.join(d, "manifest.json"), os.path.join(d, "m2"))
     os.symlink("m2", os.path.join(d, "manifest.json"))
 
 
 @case("ExtraFile")
 def extra_file(d):
-    man, files = default_ckpt(); files["junk"] = b"x"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    files["junk"] = b"x"
+    write_dir(d, man, files)
 
 
 @case("UnsafePath")
 def symlink_file(d):
-    man, files = default_ckpt(); write_dir(d, man, files); os.symlink("manifest.json", os.path.join(d, "lnk"))
+    man, files = default_ckpt()
+    write_dir(d, man, files)
+    os.symlink("manifest.json", os.path.join(d, "lnk"))
 
 
 @case("MissingFile")
 def missing(d):
-    man, files = default_ckpt(); del files["components/blob/a/b.txt"]; write_dir(d, man, files)
+    man, files = default_ckpt()
+    del files["components/blob/a/b.txt"]
+    write_dir(d, man, files)
 
 
 @case("OK")
 def empty_dir_ignored(d):
-    man, files = default_ckpt(); write_dir(d, man, files); os.makedirs(os.path.join(d, "e/f"))
+    man, files = default_ckpt()
+    write_dir(d, man, files)
+    os.makedirs(os.path.join(d, "e/f"))
 
 
 @case("IntegrityError")
 def bad_manifest_crc(d):
-    man, files = default_ckpt(); raw = bytearray(manifest_bytes(man))
+    man, files = default_ckpt()
+    raw = bytearray(manifest_bytes(man))
     raw[-12] = ord("0") if raw[-12] != ord("0") else ord("1")
     write_dir(d, man, files, bytes(raw))
 
 
 @case("ManifestError")
 def no_suffix(d):
-    man, files = default_ckpt(); write_dir(d, man, files, json.dumps({**man, "manifest_crc32c": "00000000"}).encode())
+    man, files = default_ckpt()
+    write_dir(d, man, files, json.dumps({**man, "manifest_crc32c": "00000000"}).encode())
 
 
 @case("NotACheckpoint")
 def wrong_format(d):
-    man, files = default_ckpt(); man["format"] = "other"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["format"] = "other"
+    write_dir(d, man, files)
 
 
 @case("UnsupportedVersion")
 def fv2(d):
-    man, files = default_ckpt(); man["format_version"] = 2; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["format_version"] = 2
+    write_dir(d, man, files)
 
 
 @case("ManifestError")
 def fv0(d):
-    man, files = default_ckpt(); man["format_version"] = 0; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["format_version"] = 0
+    write_dir(d, man, files)
 
 
 @case("ManifestError")
 def kind_version_float(d):
-    man, files = default_ckpt(); raw = manifest_bytes(man).replace(b'"kind_version": 1', b'"kind_version": 1.0', 1)
-    head = raw[:-32]; raw = head + f'"manifest_crc32c": "{crc32c_hex(head)}"\n}}\n'.encode()
+    man, files = default_ckpt()
+    raw = manifest_bytes(man).replace(b'"kind_version": 1', b'"kind_version": 1.0', 1)
+    head = raw[:-32]
+    raw = head + f'"manifest_crc32c": "{crc32c_hex(head)}"\n}}\n'.encode()
     write_dir(d, man, files, raw)
 
 
 @case("ManifestError")
 def dup_key(d):
-    man, files = default_ckpt(); raw = manifest_bytes(man).replace(b'"metadata": {}', b'"metadata": {"a":1,"a":2}', 1)
-    head = raw[:-32]; raw = head + f'"manifest_crc32c": "{crc32c_hex(head)}"\n}}\n'.encode()
+    man, files = default_ckpt()
+    raw = manifest_bytes(man).replace(b'"metadata": {}', b'"metadata": {"a":1,"a":2}', 1)
+    head = raw[:-32]
+    raw = head + f'"manifest_crc32c": "{crc32c_hex(head)}"\n}}\n'.encode()
     write_dir(d, man, files, raw)
 
 
 @case("LimitExceeded")
 def big_int_json(d):
-    man, files = default_ckpt(); man["metadata"] = {"x": 2**53}; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["metadata"] = {"x": 2**53}
+    write_dir(d, man, files)
 
 
 @case("ManifestError")
 def bad_date(d):
-    man, files = default_ckpt(); man["created_at"] = "2025-02-29T00:00:00Z"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["created_at"] = "2025-02-29T00:00:00Z"
+    write_dir(d, man, files)
 
 
 @case("ManifestError")
 def extra_top(d):
-    man, files = default_ckpt(); man["zzz"] = 1; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["zzz"] = 1
+    write_dir(d, man, files)
 
 
 @case("UnsafePath")
 def dotdot(d):
-    man, files = default_ckpt(); man["components"]["blob"]["path"] = "components/../blob"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["components"]["blob"]["path"] = "components/../blob"
+    write_dir(d, man, files)
 
 
 @case("LimitExceeded")
 def long_segment(d):
-    man, files = default_ckpt(); man["components"]["blob"]["path"] = "a" * 129; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["components"]["blob"]["path"] = "a" * 129
+    write_dir(d, man, files)
 
 
 @case("UnsafePath")
@@ -287,17 +333,23 @@ def case_conflict(d):
 
 @case("IntegrityError")
 def size_mismatch(d):
-    man, files = default_ckpt(); files["components/blob/a/b.txt"] += b"!"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    files["components/blob/a/b.txt"] += b"!"
+    write_dir(d, man, files)
 
 
 @case("IntegrityError")
 def crc_mismatch(d):
-    man, files = default_ckpt(); files["components/blob/a/b.txt"] = b"opaque bytez"; write_dir(d, man, files)
+    man, files = default_ckpt()
+    files["components/blob/a/b.txt"] = b"opaque bytez"
+    write_dir(d, man, files)
 
 
 @case("UnsupportedVersion")
 def tree_kv2(d):
-    man, files = default_ckpt(); man["components"]["model"]["kind_version"] = 2; write_dir(d, man, files)
+    man, files = default_ckpt()
+    man["components"]["model"]["kind_version"] = 2
+    write_dir(d, man, files)
 
 
 @case("TreeError")
@@ -308,74 +360,88 @@ def trailing(d):
 
 @case("TreeError")
 def ext_bad(d):
-    man, files = tree_only(b"\x92\xc7\x01\x01\x00\x01"); write_dir(d, man, files)
+    man, files = tree_only(b"\x92\xc7\x01\x01\x00\x01")
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def reserved_tag(d):
-    man, files = tree_only(pk([M(9)])); write_dir(d, man, files)
+    man, files = tree_only(pk([M(9)]))
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def dup_int_key(d):
-    man, files = tree_only(b"\x82\x01\xc0\xcc\x01\xc0"); write_dir(d, man, files)
+    man, files = tree_only(b"\x82\x01\xc0\xcc\x01\xc0")
+    write_dir(d, man, files)
 
 
 @case("OK")
 def str_int_keys(d):
-    man, files = tree_only(b"\x82\x01\xc0\xa1\x31\xc0"); write_dir(d, man, files)
+    man, files = tree_only(b"\x82\x01\xc0\xa1\x31\xc0")
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def bigint_small(d):
-    man, files = tree_only(pk([M(3), b"\x05"])); write_dir(d, man, files)
+    man, files = tree_only(pk([M(3), b"\x05"]))
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def bigint_nonminimal(d):
-    man, files = tree_only(pk([M(3), (2**64).to_bytes(10, "little")])); write_dir(d, man, files)
+    man, files = tree_only(pk([M(3), (2**64).to_bytes(10, "little")]))
+    write_dir(d, man, files)
 
 
 @case("UnknownDtype")
 def bad_dtype(d):
-    man, files = tree_only(pk([M(8), "float33"])); write_dir(d, man, files)
+    man, files = tree_only(pk([M(8), "float33"]))
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def prng_bad_dtype(d):
-    man, files = tree_only(pk([M(7), "threefry2x32", [M(6), "int32", [2], 0, 0, 0]])); write_dir(d, man, files)
+    man, files = tree_only(pk([M(7), "threefry2x32", [M(6), "int32", [2], 0, 0, 0]]))
+    write_dir(d, man, files)
 
 
 @case("LimitExceeded")
 def deep_tree(d):
-    man, files = tree_only(b"\x91" * 129 + b"\xc0"); write_dir(d, man, files)
+    man, files = tree_only(b"\x91" * 129 + b"\xc0")
+    write_dir(d, man, files)
 
 
 @case("OK")
 def deep_tree_ok(d):
-    man, files = tree_only(b"\x91" * 128 + b"\xc0"); write_dir(d, man, files)
+    man, files = tree_only(b"\x91" * 128 + b"\xc0")
+    write_dir(d, man, files)
 
 
 @case("LimitExceeded")
 def huge_str(d):
-    man, files = tree_only(b"\xdb\x10\x00\x00\x01"); write_dir(d, man, files)
+    man, files = tree_only(b"\xdb\x10\x00\x00\x01")
+    write_dir(d, man, files)
 
 
 @case("TreeError")
 def truncated_str(d):
-    man, files = tree_only(b"\xdb\x00\x00\x00\x10ab"); write_dir(d, man, files)
+    man, files = tree_only(b"\xdb\x00\x00\x00\x10ab")
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
 def nbytes_wrong(d):
     data = b"\0" * 8
-    man, files = tree_only([M(6), "float32", [3], 0, 8, crc32c(data)], data); write_dir(d, man, files)
+    man, files = tree_only([M(6), "float32", [3], 0, 8, crc32c(data)], data)
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
 def unaligned(d):
     data = b"\0" * 72
-    man, files = tree_only([M(6), "uint8", [8], 8, 8, crc32c(data[8:16])], data[:16]); write_dir(d, man, files)
+    man, files = tree_only([M(6), "uint8", [8], 8, 8, crc32c(data[8:16])], data[:16])
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
@@ -383,44 +449,51 @@ def padding_nonzero(d):
     data = b"\1" * 4 + b"\0" * 60 + b"\2" * 4
     data2 = b"\1" * 4 + b"\0" * 59 + b"\x07" + b"\2" * 4
     t = {"a": [M(6), "uint8", [4], 0, 4, crc32c(data[:4])], "b": [M(6), "uint8", [4], 64, 4, crc32c(data[64:])]}
-    man, files = tree_only(t, data2); write_dir(d, man, files)
+    man, files = tree_only(t, data2)
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
 def bool_bad(d):
     data = b"\x02"
-    man, files = tree_only([M(6), "bool", [1], 0, 1, crc32c(data)], data); write_dir(d, man, files)
+    man, files = tree_only([M(6), "bool", [1], 0, 1, crc32c(data)], data)
+    write_dir(d, man, files)
 
 
 @case("IntegrityError")
 def array_crc(d):
     data = b"\x02"
-    man, files = tree_only([M(6), "uint8", [1], 0, 1, 5], data); write_dir(d, man, files)
+    man, files = tree_only([M(6), "uint8", [1], 0, 1, 5], data)
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
 def overlap(d):
     data = bytes(range(128))
     t = [[M(6), "uint8", [100], 0, 100, crc32c(data[:100])], [M(6), "uint8", [64], 64, 64, crc32c(data[64:])]]
-    man, files = tree_only(t, data); write_dir(d, man, files)
+    man, files = tree_only(t, data)
+    write_dir(d, man, files)
 
 
 @case("OK")
 def alias(d):
     data = bytes(range(8))
     t = [[M(6), "uint8", [8], 0, 8, crc32c(data)], [M(6), "int16", [2, 2], 0, 8, crc32c(data)]]
-    man, files = tree_only(t, data); write_dir(d, man, files)
+    man, files = tree_only(t, data)
+    write_dir(d, man, files)
 
 
 @case("LimitExceeded")
 def lim15(d):
-    man, files = tree_only([M(6), "uint8", [2**62, 4, 0], 0, 0, 0]); write_dir(d, man, files)
+    man, files = tree_only([M(6), "uint8", [2**62, 4, 0], 0, 0, 0])
+    write_dir(d, man, files)
 
 
 @case("ArrayLayoutError")
 def datasize_too_big(d):
     data = b"\1" * 4 + b"\0" * 4
-    man, files = tree_only([M(6), "uint8", [4], 0, 4, crc32c(data[:4])], data); write_dir(d, man, files)
+    man, files = tree_only([M(6), "uint8", [4], 0, 4, crc32c(data[:4])], data)
+    write_dir(d, man, files)
 
 
 @case("ManifestError")
@@ -437,8 +510,10 @@ def value_json_scalar(d):
 
 @case("NotACheckpoint")
 def staging_name(d):
-    man, files = default_ckpt(); write_dir(d, man, files)
-    return os.path.join(os.path.dirname(d), ".x.oc-staging-1-abcdefgh") if os.rename(d, os.path.join(os.path.dirname(d), ".x.oc-staging-1-abcdefgh")) is None else None
+    man, files = default_ckpt()
+    write_dir(d, man, files)
+    staged = os.path.join(os.path.dirname(d), ".x.oc-staging-1-abcdefgh")
+    return staged if os.rename(d, staged) is None else None
 
 
 @case("OK")
@@ -457,12 +532,14 @@ def old_fallback_two(d):
 
 @case("OK", "zip")
 def zip64_ok(d):
-    man, files = default_ckpt(); write_zip(d, man, files, zip64=True)
+    man, files = default_ckpt()
+    write_zip(d, man, files, zip64=True)
 
 
 @case("OK")
 def f32_nan(d):
-    man, files = tree_only(b"\x92\xca\xff\x80\x00\x01\xca\x3f\xc0\x00\x00"); write_dir(d, man, files)
+    man, files = tree_only(b"\x92\xca\xff\x80\x00\x01\xca\x3f\xc0\x00\x00")
+    write_dir(d, man, files)
     return None
 
 
@@ -487,17 +564,17 @@ def zip_manifest_not_last(d):
         pass
     # reuse writer with raw dict order: hack by writing files incl. manifest with different name then patch
     write_zip(d, man, {}, raw_manifest=None)
-    b = bytearray(open(d, "rb").read())
-    write_zip(d, man, dict(list({"manifest.json": manifest_bytes(man)}.items()) + list(files.items())), raw_manifest=b"{}")
-    b = bytearray(open(d, "rb").read())
+    b = bytearray(read_bytes(d))
+    manifest_first = dict(list({"manifest.json": manifest_bytes(man)}.items()) + list(files.items()))
+    write_zip(d, man, manifest_first, raw_manifest=b"{}")
+    b = bytearray(read_bytes(d))
     # rename last member 'manifest.json' (the dummy) to 'zzzzzzzzzzzzz' (same length)
     i = b.rfind(b"manifest.json")
     b[i:i + 13] = b"zzzzzzzzzzzzz"
-    j = b.rfind(b"manifest.json", 0, i)
     # last local header of dummy manifest
     k = b.rfind(b"manifest.json", 0, b.find(b"PK\x01\x02"))
     b[k:k + 13] = b"zzzzzzzzzzzzz"
-    open(d, "wb").write(bytes(b))
+    write_bytes(d, bytes(b))
 
 
 @case("UnsafePath", "zip")
@@ -520,8 +597,12 @@ def zip_unaligned(d):
 
 @case("ArchiveError", "zip")
 def zip_comment(d):
-    man, files = default_ckpt(); write_zip(d, man, files)
-    b = bytearray(open(d, "rb").read()); b[-2:] = b"\x03\x00"; b += b"abc"; open(d, "wb").write(bytes(b))
+    man, files = default_ckpt()
+    write_zip(d, man, files)
+    b = bytearray(read_bytes(d))
+    b[-2:] = b"\x03\x00"
+    b += b"abc"
+    write_bytes(d, bytes(b))
 
 
 @case("IntegrityError", "zip")
@@ -535,8 +616,10 @@ def zip_crc(d):
 
 @case("NotACheckpoint", "zip")
 def zip_prefix(d):
-    man, files = default_ckpt(); write_zip(d, man, files)
-    b = open(d, "rb").read(); open(d, "wb").write(b"X" + b)
+    man, files = default_ckpt()
+    write_zip(d, man, files)
+    b = read_bytes(d)
+    write_bytes(d, b"X" + b)
 
 
 @case("ArchiveError", "zip")
@@ -550,12 +633,16 @@ def zip_names_differ(d):
 
 @case("UnsafePath", "zip")
 def zip_bad_name(d):
-    man, files = default_ckpt(); files["../evil"] = b"x"; write_zip(d, man, files)
+    man, files = default_ckpt()
+    files["../evil"] = b"x"
+    write_zip(d, man, files)
 
 
 @case("ExtraFile", "zip")
 def zip_extra(d):
-    man, files = default_ckpt(); files["evil"] = b"x"; write_zip(d, man, files)
+    man, files = default_ckpt()
+    files["evil"] = b"x"
+    write_zip(d, man, files)
 
 
 def main():

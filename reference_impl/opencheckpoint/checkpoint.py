@@ -291,7 +291,8 @@ class Checkpoint:
                     result.incompatible[name] = exc.message
                     if mode == "error":
                         exc.result = result
-                        raise exc.at(file=str(path), field=f"components.{name}")
+                        exc.at(file=str(path), field=f"components.{name}")  # fills in the location, returns exc
+                        raise
                     self._report_one(name, exc.message, mode)
                     continue
                 result.loaded.add(name)

@@ -94,10 +94,10 @@ def compare_with_flax(path: Path) -> float:
     flax_model = NNXActorCritic(rngs=nnx.Rngs(0))
     load_torch_policy(flax_model, jax_state)
     for torch_prefix, nnx_path in TORCH_TO_NNX.items():
-        layer = flax_model
+        layer: Any = flax_model  # walks down to an nnx.Linear by attribute names
         for part in nnx_path.split("."):
             layer = getattr(layer, part)
-        kernel = np.asarray(layer.kernel[...])  # type: ignore[attr-defined]
+        kernel = np.asarray(layer.kernel[...])
         if kernel.tobytes() != np.ascontiguousarray(np.asarray(jax_state[f"{torch_prefix}.weight"]).T).tobytes():
             print(f"   {nnx_path}.kernel is not the bit-exact transpose of {torch_prefix}.weight")
             return float("inf")

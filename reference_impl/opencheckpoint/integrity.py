@@ -27,7 +27,7 @@ CHUNK_BYTES: Final = 1 << 20
 
 def crc32c_of(data: object, value: int = 0) -> int:
     """CRC-32C of a buffer, optionally continuing from a previous value."""
-    return int(_crc32c.crc32c(data, value))  # type: ignore[arg-type]
+    return int(_crc32c.crc32c(data, value))  # type: ignore[arg-type]  # any buffer-protocol object
 
 
 def crc32c_hex(data: object) -> str:
@@ -40,6 +40,6 @@ def format_crc32c(value: int) -> str:
     return format(value, "08x")
 
 
-def new_sha256() -> "hashlib._Hash":
+def new_sha256() -> hashlib._Hash:
     """A SHA-256 hasher (optional content-address digest)."""
     return hashlib.sha256()

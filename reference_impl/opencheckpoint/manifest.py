@@ -27,7 +27,7 @@ b'"manifest_crc32c": "2eb47535"\\n}\\n'
 Traceback (most recent call last):
 ...
 opencheckpoint.errors.ManifestError: ManifestError: manifest.json: $.created_at: day 30 does not exist in 2026-02 [R-MAN-15]
-"""
+"""  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ RESERVED_EXTENSION_PREFIX: Final = "org.opencheckpoint."
 _TOP_LEVEL: Final = ("format", "format_version", "checkpoint_id", "created_at", "producer", "metadata",
                      "extensions", "components", "manifest_crc32c")
 _RECORD_REQUIRED: Final = ("kind", "kind_version", "path", "files")
-_RECORD_MEMBERS: Final = frozenset(_RECORD_REQUIRED + ("hints", "metadata"))
+_RECORD_MEMBERS: Final = frozenset((*_RECORD_REQUIRED, "hints", "metadata"))
 _ENTRY_MEMBERS: Final = frozenset({"size", "crc32c", "sha256"})
 _EXTENSION_MEMBERS: Final = ("version", "must_understand", "data")
 _PRODUCER_MEMBERS: Final = frozenset({"name", "version", "environment"})
@@ -364,7 +364,7 @@ def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
     for rel, entry in files.items():
         _entry_errors(f"{where}.files{field_of(rel)[1:]}", entry, errors)
     expected = KIND_FILES.get(kind) if isinstance(kind, str) else None
-    if expected is not None and record.get("kind_version") == 1 and set(files) != expected:
+    if expected is not None and isinstance(kind, str) and record.get("kind_version") == 1 and set(files) != expected:
         add(ManifestError(f"a {kind!r} component of kind_version 1 has exactly the files {sorted(expected)}, "
                           f"got {sorted(files)}"[:300], file=MANIFEST_NAME, field=where + ".files",
                           section=KIND_FILE_RULE[kind]))

@@ -16,7 +16,7 @@ tests exercise the mechanism with a test-only chain:
 Traceback (most recent call last):
 ...
 opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than the highest this reader supports (2); upgrade opencheckpoint [R-VER-3]
-"""
+"""  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ opencheckpoint.errors.UnsafePath: UnsafePath: path segment '..' does not match ^
 Traceback (most recent call last):
 ...
 opencheckpoint.errors.LimitExceeded: LimitExceeded: a path segment is 129 bytes, limit 128 [R-LIM-8]
-"""
+"""  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
 

@@ -63,7 +63,6 @@ from .tree.decode import DecodedTree, decode_tree, materialize
 from .tree.layout import check_layout
 from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
 
-
 _crc32c = _crc32c_module.crc32c
 
 
@@ -77,7 +76,8 @@ def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, fi
     """
     if not ref.nbytes:
         return
-    flat = memoryview(target).cast("B") if target.ndim else memoryview(target.reshape(1)).cast("B")
+    # ndarray.data is memoryview(array), typed as a memoryview on Python 3.11 (where ndarray is no Buffer)
+    flat = target.data.cast("B") if target.ndim else target.reshape(1).data.cast("B")
     crc = 0
     for start in range(0, ref.nbytes, CHUNK_BYTES):
         piece = flat[start : start + CHUNK_BYTES]
@@ -214,7 +214,7 @@ class ScratchVerifier:
     Traceback (most recent call last):
     ...
     opencheckpoint.errors.IntegrityError: IntegrityError: data.bin: $.b: array crc32c mismatch: stored 00000000, computed c574b4c8 [R-ARR-14]
-    """
+    """  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
     __slots__ = ("region", "file", "_view", "_start", "_end", "_done")
 
@@ -272,10 +272,9 @@ def match_targets(node: Any, live: Any, out: dict[int, np.ndarray]) -> None:
             for key, child in node.items():
                 if key in live:
                     match_targets(child, live[key], out)
-    elif kind is list or kind is tuple:
-        if isinstance(live, (list, tuple)) and len(live) == len(node):
-            for child, live_child in zip(node, live):
-                match_targets(child, live_child, out)
+    elif (kind is list or kind is tuple) and isinstance(live, (list, tuple)) and len(live) == len(node):
+        for child, live_child in zip(node, live, strict=True):
+            match_targets(child, live_child, out)
 
 
 _DTYPE_CACHE: dict[str, np.dtype] = {}
@@ -567,7 +566,7 @@ class CheckpointReader:
                     arrays[key] = fw.array(numpy_leaf(node), map_location=map_location)
                 return arrays[key]
             if isinstance(node, PRNGKeyValue):
-                return fw.prng_key(node.impl, numpy_leaf(node.data), map_location=map_location)  # type: ignore[arg-type]
+                return fw.prng_key(node.impl, numpy_leaf(node.data), map_location=map_location)  # type: ignore[arg-type]  # data: an ArrayRef
             if isinstance(node, DtypeValue):
                 return fw.dtype(node.name)
             return node

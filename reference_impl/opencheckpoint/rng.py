@@ -47,7 +47,7 @@ class GlobalRNGState:
 
     def state_dict(self) -> dict[str, Any]:
         version, internal, gauss_next = random.getstate()
-        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
         state: dict[str, Any] = {
             "python": {"version": version, "state": np.asarray(internal, dtype=np.uint32),
                        "gauss_next": gauss_next},

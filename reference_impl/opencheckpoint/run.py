@@ -177,7 +177,7 @@ class Rotation:
         if not scored:
             return None
         sign = 1.0 if self.keep_best[1] == "max" else -1.0
-        return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]
+        return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]  # scored: metric is not None
 
     def prune(self) -> list[Path]:
         """Delete checkpoints beyond the policy; return the deleted paths."""
@@ -306,6 +306,7 @@ class RunCheckpointer:
         :class:`NotACheckpoint`. Global RNG state restores last (its adapter's
         ``restore_last``).
         """
+        path: Path | None
         if self.resume_path is not None:
             path = resolve_checkpoint_path(self.resume_path, prefix=self.rotation.prefix)
         else:

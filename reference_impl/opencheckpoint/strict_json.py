@@ -18,7 +18,7 @@ opencheckpoint.errors.ManifestError: ManifestError: manifest.json: $: duplicate 
 Traceback (most recent call last):
 ...
 opencheckpoint.errors.LimitExceeded: LimitExceeded: manifest.json: $: integer 9007199254740992 is outside +-(2**53-1) [R-LIM-4]
-"""
+"""  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
 

@@ -234,10 +234,10 @@ def _check_files(reader: CheckpointReader, report: ValidationReport, progress: A
             if digest is not None and digest.hexdigest() != entry.sha256:
                 report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256",
                                           section="R-CHK-8"))
-            if is_archive and zip_crc != source.zip_crc32(full):  # type: ignore[attr-defined]
+            if is_archive and zip_crc != source.zip_crc32(full):  # type: ignore[attr-defined]  # an ArchiveSource
                 report.add(_zip_crc_error(full))
     if is_archive:
-        stored = source.zip_crc32(MANIFEST_NAME)  # type: ignore[attr-defined]
+        stored = source.zip_crc32(MANIFEST_NAME)  # type: ignore[attr-defined]  # is_archive: an ArchiveSource
         if zlib.crc32(source.read_manifest()) != stored:
             report.add(_zip_crc_error(MANIFEST_NAME))
 

@@ -109,7 +109,7 @@ manifest_obj = {
 text = json.dumps(manifest_obj, indent=2, ensure_ascii=False)
 assert text.endswith("\n}")
 head = (text[: -len("\n}")] + ",\n  ").encode("utf-8")
-suffix = f'"manifest_crc32c": "{crc_hex(head)}"\n}}\n'.encode("utf-8")
+suffix = f'"manifest_crc32c": "{crc_hex(head)}"\n}}\n'.encode()
 assert len(suffix) == 32
 manifest = head + suffix
 
@@ -132,24 +132,24 @@ for rel, content in files.items():
     p.write_bytes(content)
 
 # ---------------------------------------------------------------- print
-print("== components/model/data.bin ({} bytes)".format(len(data_bin)))
+print(f"== components/model/data.bin ({len(data_bin)} bytes)")
 print(f"00000000  {hexs(data_bin)}")
 print("  00 00 80 3f = float32 1.0 (LE); 00 00 00 c0 = float32 -2.0 (LE)")
 print(f"  crc32c = {crc_hex(data_bin)}")
 print()
-print("== components/model/tree.msgpack ({} bytes)".format(len(tree)))
+print(f"== components/model/tree.msgpack ({len(tree)} bytes)")
 off = 0
 for p, why in pieces:
     print(f"{off:04x}  {hexs(p):<27}  {why}")
     off += len(p)
 print(f"  crc32c = {crc_hex(tree)}")
 print()
-print("== components/config/value.json ({} bytes)".format(len(value_json)))
+print(f"== components/config/value.json ({len(value_json)} bytes)")
 print(f"00000000  {hexs(value_json)}")
 print(f"  text: {value_json.decode()!r}")
 print(f"  crc32c = {crc_hex(value_json)}")
 print()
-print("== manifest.json ({} bytes)".format(len(manifest)))
+print(f"== manifest.json ({len(manifest)} bytes)")
 print(manifest.decode("utf-8"), end="")
 print(f"  CRC-32C covers bytes 0..{len(manifest) - 33} ({len(manifest) - 32} bytes)")
 print(f"  last 32 bytes: {manifest[-32:]!r}")

@@ -134,7 +134,7 @@ def test_conv_and_embedding_layouts() -> None:
 
 def test_unmapped_and_wrong_parameters_are_reported() -> None:
     state = {"0.weight": np.ones((2, 3), np.float32), "1.weight": np.ones((2, 2), np.float32)}
-    with pytest.raises(IncompatibleComponent, match="1.weight"):
+    with pytest.raises(IncompatibleComponent, match=r"1\.weight"):
         torch_state_to_nnx(state, {"0": "a"})
     assert set(torch_state_to_nnx(state, {"0": "a"}, strict=False)) == {"a"}
     with pytest.raises(IncompatibleComponent, match="no parameter 'running_mean'"):

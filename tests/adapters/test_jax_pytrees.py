@@ -71,7 +71,8 @@ def test_optax_state_round_trip_gives_identical_updates(tmp_path: Path, make: An
         got, restored_state = tx.update(grad_fn(restored_params, x), restored_state, restored_params)
         restored_params = optax.apply_updates(restored_params, got)
     for a, b in zip(jax.tree_util.tree_leaves((params, state)), jax.tree_util.tree_leaves((restored_params,
-                                                                                           restored_state))):
+                                                                                           restored_state)),
+                    strict=True):
         assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 

@@ -79,7 +79,7 @@ def test_wrong_algorithm_is_incompatible_and_leaves_target_untouched(tmp_path: P
         Checkpoint(rng=target).load(path)
     assert target.bit_generator.state["state"]["pos"] == before["state"]["pos"]
     np.testing.assert_array_equal(target.bit_generator.state["state"]["key"], before["state"]["key"])
-    with pytest.raises(IncompatibleComponent, match="not a random.Random state"):
+    with pytest.raises(IncompatibleComponent, match=r"not a random\.Random state"):
         Checkpoint(rng=random.Random(0)).load(path)
 
 

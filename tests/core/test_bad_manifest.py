@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ckpt_helpers import edit_body, edit_text, expect_rejected, forms, load_body, make_checkpoint, resuffix
+from ckpt_helpers import edit_body, edit_text, expect_rejected, forms, make_checkpoint
 
 from opencheckpoint import (
     IntegrityError,

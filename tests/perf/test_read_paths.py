@@ -39,7 +39,7 @@ def assert_same(actual: Any, expected: Any) -> None:
             assert_same(actual[key], expected[key])
     elif isinstance(expected, (list, tuple)):
         assert type(actual) is type(expected) and len(actual) == len(expected)
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=True):
             assert_same(a, e)
     else:
         assert actual.dtype == expected.dtype and actual.shape == expected.shape

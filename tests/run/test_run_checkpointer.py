@@ -70,7 +70,7 @@ def test_optional_component_may_be_absent(tmp_path: Path) -> None:
     required, _, _ = make(tmp_path, interval=1)
     with pytest.raises(IncompatibleComponent, match="buffer: missing"):
         required.restore()
-    optional, weights, buffer = make(tmp_path, interval=1, optional=("buffer",))
+    optional, _weights, buffer = make(tmp_path, interval=1, optional=("buffer",))
     assert optional.restore() == 3
     assert buffer["items"] == [1, 2, 3]
 

@@ -1,4 +1,5 @@
-"""A torch training run stopped by a real SIGTERM and resumed in a new process equals an uninterrupted run, bit for bit."""
+"""A torch training run stopped by a real SIGTERM and resumed in a new process equals an uninterrupted run,
+bit for bit."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from opencheckpoint import read_component  # noqa: E402
-from opencheckpoint.demo import bit_differences  # noqa: E402
-from opencheckpoint.run import Rotation, resolve_checkpoint_path  # noqa: E402
+from opencheckpoint import read_component
+from opencheckpoint.demo import bit_differences
+from opencheckpoint.run import Rotation, resolve_checkpoint_path
 
 UPDATES, INTERVAL, SIGTERM_AT = 30, 10, 13
 

@@ -48,9 +48,8 @@ def test_previous_handlers_restored() -> None:
 
 def test_handlers_restored_after_an_exception() -> None:
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(RuntimeError):
-        with StopOnSignal():
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), StopOnSignal():
+        raise RuntimeError("boom")
     assert signal.getsignal(signal.SIGTERM) == before
 
 

@@ -18,6 +18,7 @@ from opencheckpoint.adapters.base import DumpLoadAdapter, JsonAdapter, StateDict
 from opencheckpoint.testing.adapter_tests import AdapterTests
 from opencheckpoint.testing.compare import assert_tree_equal
 
+
 class TestNumpyTree(AdapterTests):
     """A dict of arrays and scalars, the TreeAdapter restoring into it."""
 

@@ -68,7 +68,7 @@ def test_fixed_entries_pass_the_file_checks(fuzz: ModuleType) -> None:
 
 def test_oracle_flags_a_reader_disagreeing_with_validate(fuzz: ModuleType, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    case, form, files = next(s for s in fuzz.load_seeds() if s[0] == "array-0d" and s[1] == "directory")
+    _case, form, files = next(s for s in fuzz.load_seeds() if s[0] == "array-0d" and s[1] == "directory")
     path = fuzz.write_input(tmp_path / "in", form, files)
     assert fuzz.run_input(path, []) == "valid"
 

@@ -234,7 +234,7 @@ def is_json_value(value: Any, depth: int = 1) -> bool:
     if value is None or kind is bool or kind is str:
         return True
     if kind is int:
-        return abs(value) <= JSON_MAX_SAFE_INT
+        return bool(abs(value) <= JSON_MAX_SAFE_INT)  # value is typed Any here: bool() keeps the result a bool
     if kind is float:
         return math.isfinite(value)
     if kind is dict:
@@ -337,15 +337,15 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
         framework = container_framework(value)
     if framework != "numpy":
         module = importlib.import_module(f"opencheckpoint.adapters.{framework}")
-        special = getattr(module, "adapter_for", lambda v: None)(value)
+        special: Adapter | None = getattr(module, "adapter_for", lambda v: None)(value)
         if special is not None:
-            return special  # type: ignore[no-any-return]
+            return special
     if is_random_state(value):
         from . import numpy_rng
 
         special = numpy_rng.adapter_for(value)
         if special is not None:
-            return special  # type: ignore[no-any-return]
+            return special
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
         return StateDictAdapter()
     if callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None)):

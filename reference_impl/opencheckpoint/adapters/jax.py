@@ -47,6 +47,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import jax
@@ -73,7 +74,7 @@ def _nnx() -> Any:
 def is_key(value: Any) -> bool:
     """True for typed PRNG key arrays and abstract keys (``ShapeDtypeStruct`` of a key dtype)."""
     dtype = getattr(value, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)  # jax.dtypes does not export it
 
 
 def key_impl_name(dtype: Any) -> str:
@@ -103,8 +104,9 @@ def to_tree_value(value: Any) -> Any:
         return _host_array(value)
     if isinstance(value, jax.ShapeDtypeStruct):
         raise UnsupportedValue("an abstract ShapeDtypeStruct has no values to save")
-    if isinstance(value, type) and isinstance(getattr(value, "dtype", None), np.dtype):
-        return DtypeValue(dtype_name(value.dtype))  # jnp.float32 and friends
+    dtype = getattr(value, "dtype", None) if isinstance(value, type) else None
+    if isinstance(dtype, np.dtype):
+        return DtypeValue(dtype_name(dtype))  # jnp.float32 and friends
     nnx = _nnx()
     if nnx is not None:
         if isinstance(value, nnx.Variable):
@@ -132,7 +134,8 @@ def placement(map_location: Any) -> Any:
 
 
 def _check_x64(name: str) -> None:
-    if name in _X64_DTYPES and not jax.config.jax_enable_x64:
+    # jax defines its options as attributes at runtime; its Config class does not declare them
+    if name in _X64_DTYPES and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
         raise IncompatibleComponent(
             f"a {name} array cannot be loaded into JAX while jax_enable_x64 is off (JAX would truncate it "
             "to 32 bits); enable it with jax.config.update('jax_enable_x64', True) or read with "
@@ -146,12 +149,14 @@ class JaxFramework:
 
     def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         _check_x64(dtype_name(data.dtype))
-        return jax.device_put(data, placement(map_location))
+        placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        return placed
 
     def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         if impl not in KEY_IMPLS:
             raise IncompatibleComponent(f"PRNG key implementation {impl!r} is not one JAX provides")
-        return jax.random.wrap_key_data(jax.device_put(data, placement(map_location)), impl=impl)
+        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, placement(map_location)), impl=impl)
+        return key
 
     def dtype(self, name: str) -> np.dtype:
         return jnp.dtype(name)
@@ -204,7 +209,8 @@ def _weak(array: jax.Array) -> jax.Array:
     """Keep JAX's weak type (it changes type promotion, so it changes results)."""
     from jax._src.lax.lax import _convert_element_type  # no public way to set weak_type
 
-    return _convert_element_type(array, array.dtype, weak_type=True)
+    weak: jax.Array = _convert_element_type(array, array.dtype, weak_type=True)  # untyped private helper
+    return weak
 
 
 class _Mismatch(Exception):
@@ -255,7 +261,7 @@ class TreeMatcher:
                 current = leaf.get_value()
                 new = self._leaf(current, leaves, used, path)
                 if new is not current:
-                    self._updates.append(lambda var=leaf, value=new: var.set_value(value))
+                    self._updates.append(partial(leaf.set_value, new))  # this variable and value, bound now
                 restored.append(leaf)
                 continue
             restored.append(self._leaf(leaf, leaves, used, path))
@@ -368,9 +374,10 @@ def storable(value: Any) -> Any:
             return storable(value.get_value())
     if value is None or isinstance(value, (jax.Array, np.ndarray, np.generic, str, bytes, int, float, complex)):
         return value
-    if isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple):
+    fields = getattr(type(value), "_fields", None) if isinstance(value, tuple) else None
+    if isinstance(fields, tuple):
         return NamedTupleValue(f"{type(value).__module__}.{type(value).__qualname__}",
-                               {name: storable(item) for name, item in zip(value._fields, value, strict=True)})
+                               {name: storable(item) for name, item in zip(fields, value, strict=True)})
     if isinstance(value, Mapping):
         return {key: storable(item) for key, item in value.items()}
     if isinstance(value, list):

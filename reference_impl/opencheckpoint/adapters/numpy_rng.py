@@ -42,8 +42,7 @@ _PY_STATE_WORDS = 625
 def generator_state(value: np.random.Generator | np.random.BitGenerator) -> dict[str, Any]:
     """The bit generator state of a ``Generator`` or ``BitGenerator`` (a plain tree)."""
     bit_generator = value.bit_generator if isinstance(value, np.random.Generator) else value
-    state: dict[str, Any] = bit_generator.state
-    return state
+    return dict(bit_generator.state)  # a fresh dict each access already; typed as a Mapping by NumPy
 
 
 def random_state_state(value: np.random.RandomState) -> dict[str, Any]:

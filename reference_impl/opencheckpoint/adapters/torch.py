@@ -134,7 +134,7 @@ def target_device(map_location: MapLocation) -> torch.device | None:
     >>> target_device(None) is None
     True
     """
-    if map_location is None or callable(map_location) and not isinstance(map_location, Mapping):
+    if map_location is None or (callable(map_location) and not isinstance(map_location, Mapping)):
         return None
     if isinstance(map_location, Mapping):
         target = map_location.get(SOURCE_LOCATION)
@@ -346,10 +346,10 @@ def adapter_for(value: Any) -> Adapter | None:
 
 __all__ = [
     "FRAMEWORK",
-    "GeneratorAdapter",
-    "ModuleAdapter",
     "TORCH_DTYPES",
     "TORCH_DTYPE_NAMES",
+    "GeneratorAdapter",
+    "ModuleAdapter",
     "TorchFramework",
     "TorchStateDictAdapter",
     "adapter_for",

@@ -275,9 +275,8 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
             if diff:
                 return diff
         return None
-    if type(a) is not type(b) or a != b:
-        if not (type(a) is float and type(b) is float and a == b):
-            return f"{path or '/'}: {_short(a)} != {_short(b)}"
+    if (type(a) is not type(b) or a != b) and not (type(a) is float and type(b) is float and a == b):
+        return f"{path or '/'}: {_short(a)} != {_short(b)}"
     return None
 
 

@@ -51,10 +51,10 @@ class CaseModel(_Doc):
     spec_sections: list[Annotated[str, Field(pattern=r"^(R-[A-Z]+-[0-9]+|[0-9]+(\.[0-9]+)*|B(\.[0-9]+)?)$")]] = Field(
         min_length=1, description="Requirement IDs (R-ARR-4) and/or section numbers the case exercises.")
     valid: bool = Field(description="true: a reader must accept it and print expected.json; false: must reject.")
-    error_class: Literal[ERROR_CLASS_NAMES] | None = Field(  # type: ignore[valid-type]
+    error_class: Literal[ERROR_CLASS_NAMES] | None = Field(  # type: ignore[valid-type]  # Literal[*tuple]: pydantic reads it
         default=None, description="For invalid cases: the class of spec Table 16-1 the reader must report.")
     form: Literal["directory", "archive"] = Field(description="checkpoint/ (directory) or checkpoint.zip (archive).")
-    requires: list[Literal[CAPABILITIES]] = Field(  # type: ignore[valid-type]
+    requires: list[Literal[CAPABILITIES]] = Field(  # type: ignore[valid-type]  # Literal[*tuple]: pydantic reads it
         default_factory=list, description="Capabilities the case needs; skipped where the reader skips one.")
     message_contains: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="For invalid cases: texts the error message must contain (for example "

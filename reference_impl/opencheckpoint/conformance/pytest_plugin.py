@@ -45,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @cache
 def _skips(argv: tuple[str, ...], timeout: float) -> dict[str, str]:
-    return dict(capabilities_of(Command(list(argv), timeout=timeout)).skip)
+    return dict(capabilities_of(Command(list(argv), timeout=timeout)).skip.items())
 
 
 @dataclass

@@ -70,7 +70,8 @@ class Case:
         return self.directory / ("checkpoint.zip" if self.meta.form == "archive" else "checkpoint")
 
     def expected(self) -> dict[str, Any]:
-        return json.loads((self.directory / "expected.json").read_text(encoding="utf-8"))
+        expected: dict[str, Any] = json.loads((self.directory / "expected.json").read_text(encoding="utf-8"))
+        return expected
 
 
 def load_cases(directory: str | os.PathLike[str], patterns: Sequence[str] = ()) -> list[Case]:
@@ -391,7 +392,7 @@ def run(
         command = Command(reader, timeout=timeout) if not isinstance(reader, Command) else reader
         caps = capabilities_of(command)
         report.capabilities["reader"] = caps.model_dump()
-        skip = dict(caps.skip)
+        skip: dict[str, str] = dict(caps.skip.items())
         if "read" not in caps.modes:
             raise RuntimeError(f"{command} does not declare mode 'read'")
         with ThreadPoolExecutor(workers) as pool:
@@ -402,7 +403,7 @@ def run(
         report.capabilities["writer"] = caps.model_dump()
         if "write" not in caps.modes:
             raise RuntimeError(f"{command} does not declare mode 'write'")
-        skip = dict(caps.skip)
+        skip = dict(caps.skip.items())
         valid = [c for c in cases if c.meta.valid and not c.meta.read_path]
         with tempfile.TemporaryDirectory(prefix="oc-conformance-") as tmp, ThreadPoolExecutor(workers) as pool:
             report.outcomes += [finish(o) for o in

@@ -167,7 +167,7 @@ class ArchiveSource(Source):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         try:
-            self._file = open(path, "rb")
+            self._file = open(path, "rb")  # noqa: SIM115  (open for the source's lifetime; close() closes it)
         except OSError as exc:
             raise NotACheckpoint(f"cannot open: {exc.strerror}", file=str(path), section="R-PUB-11") from None
         self._map: mmap.mmap | None = None

@@ -57,7 +57,7 @@ class Source(abc.ABC):
         file stays resident in the process. The caller closes the region.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (a no-op by default: a source without handles need not override it)
         """Release resources (maps stay valid while arrays use them)."""
 
     def __enter__(self) -> Source:

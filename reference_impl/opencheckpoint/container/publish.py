@@ -14,6 +14,7 @@ survives.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -95,10 +96,8 @@ def remove_tree(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def fsync_directory(path: Path) -> None:
@@ -118,7 +117,7 @@ def fsync_tree_directories(root: Path) -> None:
         fsync_directory(directory)
 
 
-_libc = None
+_libc: ctypes.CDLL | bool | None = None  # None: not looked up yet; False: no C library
 
 
 def _renameat2() -> Callable[..., int] | None:
@@ -126,8 +125,8 @@ def _renameat2() -> Callable[..., int] | None:
     if _libc is None:
         name = ctypes.util.find_library("c")
         _libc = ctypes.CDLL(name, use_errno=True) if name else False
-    function = getattr(_libc, "renameat2", None) if _libc else None
-    return function  # type: ignore[no-any-return]
+    function: Callable[..., int] | None = getattr(_libc, "renameat2", None) if _libc else None
+    return function
 
 
 _AT_FDCWD = -100

@@ -63,8 +63,11 @@ class A2CConfig:
     max_grad_norm: float = 0.5
 
 
+_DEFAULT_CONFIG = A2CConfig()  # one shared default, as the default argument always was
+
+
 def a2c_update(model: ActorCritic, optimizer: torch.optim.Optimizer, env: CartPole,
-               config: A2CConfig = A2CConfig()) -> float:
+               config: A2CConfig = _DEFAULT_CONFIG) -> float:
     """Collect ``config.rollout`` steps from every env, take one A2C gradient step; return the loss."""
     obs_list, actions, rewards, dones = [], [], [], []
     obs = env.observe()

@@ -21,7 +21,8 @@ import numpy as np
 
 
 class CartPole:
-    """``num_envs`` independent cart-poles; an episode ends when the pole falls, the cart leaves, or at ``max_steps``."""
+    """``num_envs`` independent cart-poles; an episode ends when the pole falls, the cart leaves, or at
+    ``max_steps``."""
 
     gravity, cart_mass, pole_mass, half_length, force, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     theta_limit, x_limit = 12 * 2 * np.pi / 360, 2.4

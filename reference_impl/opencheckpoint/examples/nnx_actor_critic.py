@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.typing import ArrayLike
 
 from ..interchange import torch_state_to_nnx
 
@@ -36,8 +37,9 @@ class NNXMLP(nnx.Module):
         self.hidden2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, outputs, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.out(jnp.tanh(self.hidden2(jnp.tanh(self.hidden1(x)))))
+    def __call__(self, x: ArrayLike) -> jax.Array:
+        # NumPy input too (the module doctest uses it); nnx.Linear would convert it the same way
+        return self.out(jnp.tanh(self.hidden2(jnp.tanh(self.hidden1(jnp.asarray(x))))))
 
 
 class NNXActorCritic(nnx.Module):
@@ -47,7 +49,7 @@ class NNXActorCritic(nnx.Module):
         self.actor = NNXMLP(obs_dim, hidden, num_actions, rngs=rngs)
         self.critic = NNXMLP(obs_dim, hidden, 1, rngs=rngs)
 
-    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, obs: ArrayLike) -> tuple[jax.Array, jax.Array]:
         return self.actor(obs), self.critic(obs)[..., 0]
 
 

@@ -20,6 +20,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,13 +31,14 @@ from .actor_critic import ActorCritic, a2c_update, make_deterministic
 from .control import CartPole
 
 
-def build(seed: int, num_envs: int = 8) -> tuple[ActorCritic, torch.optim.Optimizer, CartPole, dict, Checkpoint]:
+def build(seed: int, num_envs: int = 8) -> tuple[ActorCritic, torch.optim.Optimizer, CartPole, dict[str, Any],
+                                                 Checkpoint]:
     """The run's objects, freshly initialized from ``seed``, and the checkpoint that holds them."""
     make_deterministic(seed)
     model = ActorCritic()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     env = CartPole(num_envs=num_envs, seed=seed)
-    progress: dict = {"update": 0, "episodes": 0, "recent_return": 0.0}
+    progress: dict[str, Any] = {"update": 0, "episodes": 0, "recent_return": 0.0}
     checkpoint = Checkpoint(policy=model, optimizer=optimizer, env=env, progress=progress, rng=GlobalRNGState())
     return model, optimizer, env, progress, checkpoint
 

@@ -26,8 +26,11 @@ A subclass provides:
 ...     def make_value(self, seed): return np.full(3, seed, dtype=np.float32)
 ...     def make_empty(self): return np.zeros(3, dtype=np.float32)
 ...     def assert_restored(self, original, restored): assert (original == restored).all()
->>> sorted(name for name in dir(TestArray) if name.startswith("test_"))[:3]
-['test_assert_restored_detects_a_difference', 'test_corrupted_data_raises_and_leaves_target_untouched', 'test_idempotent_second_save']
+>>> for name in sorted(name for name in dir(TestArray) if name.startswith("test_"))[:3]:
+...     print(name)
+test_assert_restored_detects_a_difference
+test_corrupted_data_raises_and_leaves_target_untouched
+test_idempotent_second_save
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ class AdapterTests:
     def new_checkpoint(self, value: Any, *, format: Form = "directory", strict: str = "error",
                        **others: Any) -> Checkpoint:
         """A checkpoint holding ``value`` as :attr:`component` (and ``others`` with automatic adapters)."""
-        ckpt = Checkpoint(format=format, strict=strict, durable=False)  # type: ignore[arg-type]
+        ckpt = Checkpoint(format=format, strict=strict, durable=False)  # type: ignore[arg-type]  # Checkpoint checks it
         ckpt.register(self.component, value, adapter=self.adapter)
         for name, other in others.items():
             ckpt.register(name, other)
@@ -302,7 +305,8 @@ def _member_data_offset(archive: Path, member: str) -> int:
         handle.seek(header)
         local = handle.read(30)
     name_length, extra_length = struct.unpack("<HH", local[26:30])
-    return header + 30 + name_length + extra_length
+    offset: int = header + 30 + name_length + extra_length
+    return offset
 
 
 def _rewrite_manifest(path: Path, edit: Any) -> None:
@@ -346,12 +350,12 @@ class ImportRecorder(importlib.abc.MetaPathFinder):
 
         self._saved = (real_import, real_import_module)
         builtins.__import__ = recording_import
-        importlib.import_module = recording_import_module  # type: ignore[assignment]
+        importlib.import_module = recording_import_module
         sys.meta_path.insert(0, self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._saved is not None
-        builtins.__import__, importlib.import_module = self._saved  # type: ignore[assignment]
+        builtins.__import__, importlib.import_module = self._saved
         sys.meta_path.remove(self)
 

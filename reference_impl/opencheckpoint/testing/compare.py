@@ -106,4 +106,4 @@ def _bytes_of(array: np.ndarray) -> bytes:
 
 
 def _first_difference(a: bytes, b: bytes) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

@@ -106,7 +106,7 @@ def complexes() -> st.SearchStrategy[complex]:
 
 def texts(max_size: int = 16) -> st.SearchStrategy[str]:
     """Unicode strings (valid UTF-8: no lone surrogates, R-TREE-9), including the empty string."""
-    return st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=max_size)
+    return st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=max_size)
 
 
 def dtype_names() -> st.SearchStrategy[str]:
@@ -130,7 +130,8 @@ def _raw_elements(draw: st.DrawFn, name: str, count: int) -> bytes:
 def scalars(draw: st.DrawFn, dtype: str | None = None) -> np.generic:
     """Typed scalars (``np.float16(1)``, ``ml_dtypes.bfloat16`` ...) of every spec dtype, any bytes."""
     name = dtype or draw(dtype_names())
-    return np.frombuffer(_raw_elements(draw, name, 1), dtype=numpy_dtype(name))[0]  # type: ignore[no-any-return]
+    value: np.generic = np.frombuffer(_raw_elements(draw, name, 1), dtype=numpy_dtype(name))[0]
+    return value
 
 
 @st.composite
@@ -155,11 +156,11 @@ def arrays(
     elif layout == "empty":
         shape = tuple(draw(st.lists(st.integers(0, max_side), min_size=1, max_size=max_dims)))
         position = draw(st.integers(0, len(shape) - 1))
-        shape = shape[:position] + (0,) + shape[position + 1:]
+        shape = (*shape[:position], 0, *shape[position + 1:])
     else:
         shape = tuple(draw(st.lists(st.integers(1, max_side), min_size=1, max_size=max_dims)))
     if layout == "strided":
-        base_shape = shape[:-1] + (shape[-1] * 2,)
+        base_shape = (*shape[:-1], shape[-1] * 2)
         base = _filled(draw, name, base_shape)
         return base[..., ::2]
     array = _filled(draw, name, shape)

@@ -49,8 +49,8 @@ _INT_BYTES = frozenset({*range(0x00, 0x80), *range(0xE0, 0x100), *range(0xCC, 0x
 _FLOAT_BYTES = frozenset({0xCA, 0xCB})
 _BIN_BYTES = frozenset({0xC4, 0xC5, 0xC6})
 #: Fields (after the marker) of each fixed-size tag (R-TREE-16).
-_FIELDS = {Tag.NAMED_TUPLE: 2, Tag.BIG_INT: 1, Tag.COMPLEX: 2, Tag.SCALAR: 2, Tag.ARRAY: 5, Tag.PRNG_KEY: 2,
-           Tag.DTYPE: 1}
+_FIELDS: dict[int, int] = {Tag.NAMED_TUPLE: 2, Tag.BIG_INT: 1, Tag.COMPLEX: 2, Tag.SCALAR: 2, Tag.ARRAY: 5,
+                           Tag.PRNG_KEY: 2, Tag.DTYPE: 1}
 _UINT = {0xCC: (1, ">B"), 0xCD: (2, ">H"), 0xCE: (4, ">I"), 0xCF: (8, ">Q")}
 _SINT = {0xD0: (1, ">b"), 0xD1: (2, ">h"), 0xD2: (4, ">i"), 0xD3: (8, ">q")}
 
@@ -116,6 +116,7 @@ class _Parser:
         """Header of an array (elements >= 1 byte) or map (entries >= 2 bytes); consumes it."""
         byte = self.data[self.pos]
         self.pos += 1
+        length: int
         if byte in (0xDC, 0xDE):
             length = self.unpack(">H", 2, path)
         elif byte in (0xDD, 0xDF):
@@ -197,7 +198,7 @@ class _Parser:
         if byte != 0xC7:
             self.fail(f"ext object encoded with {byte:#04x}; tag markers are exactly c7 00 T", path, "R-TREE-13")
         length = self.unpack(">B", 1, path)
-        code = self.unpack(">b", 1, path)
+        code: int = self.unpack(">b", 1, path)
         if length != 0:
             self.fail(f"ext object with a {length}-byte payload; tag markers have none", path, "R-TREE-13")
         if not 1 <= code <= 127:
@@ -297,7 +298,7 @@ class _Parser:
             type_name = self.string(f"{path}[1]")
             self.expect(_MAP_BYTES, "a map (fields)", f"{path}[2]", "R-TREE-17")
             body = self.mapping(depth, f"{path}[2]", int_keys=False)
-            return NamedTupleValue(type_name, body)  # type: ignore[arg-type]
+            return NamedTupleValue(type_name, body)  # type: ignore[arg-type]  # int_keys=False: str keys only
         if tag == Tag.BIG_INT:
             self.expect(_BIN_BYTES, "a bin (magnitude)", f"{path}[1]", "R-TREE-17")
             raw = self.binary(f"{path}[1]")
@@ -376,7 +377,7 @@ class _Parser:
             rule = "R-TREE-27" if impl == "threefry2x32" else "R-TREE-28"
             self.fail(f"{impl} key data shape {list(data.shape)} must end in {key_shape[0]}", data_path, rule)
         self.placeholders = True
-        return PRNGKeyValue(impl, data)  # type: ignore[arg-type]
+        return PRNGKeyValue(impl, data)  # type: ignore[arg-type]  # an ArrayRef until the array is read
 
     def document(self) -> Any:
         if self.end == 0:
@@ -437,7 +438,7 @@ _EMPTY_EXT = {code: _ExtType(code, b"") for code in range(128)}
 _ARRAY_MARKER = _EMPTY_EXT[int(Tag.ARRAY)]
 
 
-def _ext_hook(code: int, data: bytes) -> _ExtType:
+def _ext_hook(code: int, data: bytes) -> Any:  # an msgpack.ExtType (msgpack has no type information)
     marker = _EMPTY_EXT.get(code) if not data else None
     return marker if marker is not None else _ExtType(code, data)  # negative codes raise: a doubt
 
@@ -546,7 +547,7 @@ class _FastWalk:
                 if type(key) is not str:
                     raise _DOUBT
                 fields[key] = self.value(item, depth + 1, _key_path(body_path, key))
-            return NamedTupleValue(first, fields)  # type: ignore[arg-type]
+            return NamedTupleValue(first, fields)
         if tag == 3:  # Tag.BIG_INT
             if type(first) is not bytes or not first:
                 raise _DOUBT
@@ -577,7 +578,7 @@ class _FastWalk:
             key_shape = PRNG_IMPL_KEY_SHAPES.get(first)
             if ref.dtype != "uint32" or (key_shape is not None and (not ref.shape or ref.shape[-1] != key_shape[0])):
                 raise _DOUBT
-            return PRNGKeyValue(first, ref)  # type: ignore[arg-type]
+            return PRNGKeyValue(first, ref)  # type: ignore[arg-type]  # an ArrayRef until the array is read
         # Tag.DTYPE
         if type(first) is not str or first not in DTYPES:
             raise _DOUBT

@@ -79,9 +79,9 @@ class _Planned:
     def buffer(self) -> memoryview:
         """The extent's bytes (no copy)."""
         try:
-            return memoryview(self.array).cast("B")
+            return self.array.data.cast("B")  # .data is memoryview(array), typed as one on Python 3.11
         except (TypeError, ValueError):  # dtypes without a buffer format (ml_dtypes, 0-d arrays)
-            return memoryview(self.array.reshape(-1).view(np.uint8))
+            return self.array.reshape(-1).view(np.uint8).data
 
 
 #: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
@@ -144,7 +144,7 @@ class TreePlan:
         if isinstance(value, tuple):
             fields = getattr(type(value), "_fields", None)
             if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
-                names = value._fields  # type: ignore[attr-defined]
+                names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
                 type_name = value.type_name if isinstance(value, NamedTupleValue) else (
                     f"{type(value).__module__}.{type(value).__qualname__}")
                 body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
@@ -323,7 +323,8 @@ class TreePlan:
     def pack(self) -> bytes:
         """The msgpack bytes of the document (after :meth:`write_data` filled the checksums)."""
         try:
-            return msgpack.packb(self.root, use_bin_type=True, strict_types=False)
+            packed: bytes = msgpack.packb(self.root, use_bin_type=True, strict_types=False)
+            return packed
         except UnicodeEncodeError as exc:
             raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-9") from None
 
@@ -360,4 +361,4 @@ def write_tree(
     return {"tree.msgpack": tree_entry, "data.bin": data_entry}
 
 
-__all__ = ["NOT_HANDLED", "TreePlan", "big_int_bytes", "write_tree", "write_small_file"]
+__all__ = ["NOT_HANDLED", "TreePlan", "big_int_bytes", "write_small_file", "write_tree"]

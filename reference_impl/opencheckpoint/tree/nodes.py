@@ -11,8 +11,8 @@ ext object with type ``T`` and an empty payload (bytes ``c7 00 T``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from enum import IntEnum
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,7 @@ INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
 
 
-class NamedTupleValue(tuple):  # type: ignore[type-arg]
+class NamedTupleValue(tuple[Any, ...]):
     """A decoded named tuple: a tuple with field names and the writer's type name as a hint.
 
     The reader never imports ``type_name``; adapters rebuild the live type from
@@ -62,7 +62,7 @@ class NamedTupleValue(tuple):  # type: ignore[type-arg]
     field set gets a cached subclass with one read-only property per field.
     """
 
-    type_name: str
+    _type_name: str  # set in __new__; read through the ``type_name`` property
     _fields: tuple[str, ...]
 
     def __new__(cls, type_name: str, fields: dict[str, Any]) -> NamedTupleValue:
@@ -73,8 +73,8 @@ class NamedTupleValue(tuple):  # type: ignore[type-arg]
         return self
 
     @property
-    def type_name(self) -> str:  # type: ignore[override]
-        return self._type_name  # type: ignore[attr-defined,no-any-return]
+    def type_name(self) -> str:
+        return self._type_name
 
     def _asdict(self) -> dict[str, Any]:
         return dict(zip(self._fields, self, strict=True))
@@ -115,7 +115,7 @@ class PRNGKeyValue:
             and bool(np.array_equal(other.data, self.data))
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable (equality compares the key data)
 
 
 @dataclass(frozen=True)
