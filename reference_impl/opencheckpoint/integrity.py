@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Final
+from typing import Any, Final
 
 import crc32c as _crc32c
 
@@ -43,3 +43,15 @@ def format_crc32c(value: int) -> str:
 def new_sha256() -> hashlib._Hash:
     """A SHA-256 hasher (optional content-address digest)."""
     return hashlib.sha256()
+
+
+def file_entry(size: int, crc: int, digest: hashlib._Hash | None = None) -> dict[str, Any]:
+    """The manifest's record of one file: size, CRC-32C and, when computed, SHA-256.
+
+    >>> file_entry(3, crc32c_of(b"abc"))
+    {'size': 3, 'crc32c': '364b3fb7'}
+    """
+    entry: dict[str, Any] = {"size": size, "crc32c": format_crc32c(crc)}
+    if digest is not None:
+        entry["sha256"] = digest.hexdigest()
+    return entry

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import IncompatibleComponent
-from ..integrity import crc32c_of, format_crc32c, new_sha256
+from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 from ..strict_json import dump_json
 from ..tree.encode import write_small_file, write_tree
@@ -83,10 +83,7 @@ def _file_entry(path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
                 digest.update(chunk)
         if durable:
             os.fsync(handle.fileno())
-    entry: dict[str, Any] = {"size": size, "crc32c": format_crc32c(crc)}
-    if digest is not None:
-        entry["sha256"] = digest.hexdigest()
-    return entry
+    return file_entry(size, crc, digest)
 
 
 @dataclass

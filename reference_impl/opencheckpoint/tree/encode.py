@@ -29,7 +29,7 @@ import numpy as np
 from ..crc_combine import _multmodp, _x8nmodp
 from ..dtypes import dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
-from ..integrity import crc32c_of, format_crc32c, new_sha256
+from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_DEPTH
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 
@@ -315,10 +315,7 @@ class TreePlan:
                 emit(pending)
             if durable:
                 os.fsync(out.fileno())
-        entry: dict[str, Any] = {"size": position, "crc32c": format_crc32c(file_crc)}
-        if digest is not None:
-            entry["sha256"] = digest.hexdigest()
-        return entry
+        return file_entry(position, file_crc, digest)
 
     def pack(self) -> bytes:
         """The msgpack bytes of the document (after :meth:`write_data` filled the checksums)."""
@@ -339,16 +336,10 @@ def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) ->
             view = view[written:]
         if durable:
             os.fsync(out.fileno())
-    entry: dict[str, Any] = {"size": len(data), "crc32c": format_crc32c(crc32c_of(data))}
-    if sha256:
-        entry["sha256"] = new_sha256_of(data)
-    return entry
-
-
-def new_sha256_of(data: bytes) -> str:
-    digest = new_sha256()
-    digest.update(data)
-    return digest.hexdigest()
+    digest = new_sha256() if sha256 else None
+    if digest is not None:
+        digest.update(data)
+    return file_entry(len(data), crc32c_of(data), digest)
 
 
 def write_tree(
