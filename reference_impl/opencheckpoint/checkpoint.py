@@ -219,7 +219,9 @@ class Checkpoint:
         try:
             adapter.save(value, writer)
         except CheckpointError as exc:
-            raise exc.at(field=f"components.{name}") from None
+            # The component being written is the "file" a save error is about; the field stays the
+            # location inside its value (e.g. ``$.layer1.w``).
+            raise exc.at(file=f"component {name!r}") from None
         record: dict[str, Any] = {
             "kind": adapter.kind,
             "kind_version": adapter.kind_version,

@@ -86,3 +86,13 @@ def test_migrations_prints_the_declared_chain() -> None:
     done = run("migrations")
     assert done.returncode == 0
     assert json.loads(done.stdout) == {"current_version": 1, "steps": []}
+
+
+def test_save_error_names_the_component_and_the_field(tmp_path: Path) -> None:
+    from opencheckpoint import UnsupportedValue
+
+    with pytest.raises(UnsupportedValue) as info:
+        Checkpoint(model={"layer": {"w": object()}}).save(tmp_path / "ckpt")
+    assert info.value.file == "component 'model'"
+    assert info.value.field == "$.layer.w"
+    assert not (tmp_path / "ckpt").exists()
