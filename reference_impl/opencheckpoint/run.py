@@ -389,7 +389,7 @@ class RunCheckpointer:
         self.interval = interval
         self.exclude = frozenset(exclude)
         self.optional = frozenset(optional)
-        self.resume_path = None if resume_path is None else Path(resume_path)
+        self.resume_path = None if resume_path is None else local_path(resume_path)
         self.last_saved_step: int | None = None
 
     @property
@@ -429,7 +429,7 @@ class RunCheckpointer:
         """
         rotation = self.rotation
         if self.resume_path is not None:
-            candidate = local_path(self.resume_path)
+            candidate = self.resume_path
             if _is_checkpoint(candidate) or not candidate.is_dir():
                 return self._restore_from(resolve_checkpoint_path(candidate, prefix=rotation.prefix), load_kwargs)
             rotation = Rotation(candidate, prefix=rotation.prefix)

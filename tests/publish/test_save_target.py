@@ -105,7 +105,7 @@ def test_save_onto_what_is_not_a_checkpoint_raises_and_changes_nothing(
 def test_thesis_in_a_user_folder_survives(tmp_path: Path) -> None:
     """The issue's case: save() onto an existing user folder used to swap it out and delete it."""
     folder = user_folder(tmp_path / "experiment")
-    with pytest.raises(TargetExists, match="no manifest.json"):
+    with pytest.raises(TargetExists, match=r"no manifest\.json"):
         Checkpoint(model={"w": np.zeros(3)}).save(folder)
     assert (folder / "thesis.tex").read_text() == "\\chapter{One}"
     assert sorted(os.listdir(tmp_path)) == ["experiment"]  # no staging debris either

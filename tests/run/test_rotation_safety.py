@@ -102,7 +102,7 @@ def test_restore_falls_back_past_a_bit_flipped_newest_with_a_warning(
 def test_restore_warns_about_a_newest_checkpoint_that_does_not_open(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run, weights = make_run(tmp_path, interval=1)
+    run, _ = make_run(tmp_path, interval=1)
     run.save(1)
     run.save(2)
     manifest = run.rotation.path_for(2) / "manifest.json"

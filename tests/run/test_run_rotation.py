@@ -85,7 +85,8 @@ def test_load_latest(tmp_path: Path) -> None:
         rotation.save(ckpt, step)
     weights["w"][:] = -1
     result = rotation.load_latest(ckpt)
-    assert result.manifest["metadata"] == {"opencheckpoint.rotation": {"prefix": "checkpoint", "step": 2, "sequence": 2}}
+    mark = {"prefix": "checkpoint", "step": 2, "sequence": 2}
+    assert result.manifest["metadata"] == {"opencheckpoint.rotation": mark}
     assert weights["w"].tolist() == [2.0, 2.0, 2.0]
     with pytest.raises(NotACheckpoint):
         Rotation(tmp_path / "empty").load_latest(ckpt)

@@ -30,13 +30,13 @@ from typing import Any
 
 from ..manifest import MANIFEST_NAME, serialize_manifest
 from .archive import ArchiveWriter
+from .debris import release
 from .publish import (
     clean_stale,
     fault_point,
     fsync_directory,
     fsync_tree_directories,
     publish,
-    release,
     remove_tree,
     staging_path,
 )
