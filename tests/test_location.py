@@ -1,4 +1,4 @@
-"""A URL-like path is refused by every entry point with UnsupportedLocation (spec R-PUB-19), and nothing is
+"""A URL-like path is refused by every entry point with UnsupportedLocation (spec R-PUB-20), and nothing is
 written where pathlib would have put it (``s3://bucket/ckpt`` -> a local ``s3:/bucket/ckpt``)."""
 
 from __future__ import annotations

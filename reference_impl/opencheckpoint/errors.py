@@ -199,7 +199,7 @@ class TargetExists(CheckpointError):
 
 
 class UnsupportedLocation(CheckpointError):
-    """A path is a URL (``s3://bucket/ckpt``, any ``scheme://``): remote storage is not supported (R-PUB-19)."""
+    """A path is a URL (``s3://bucket/ckpt``, any ``scheme://``): remote storage is not supported (R-PUB-20)."""
 
     error_class = "UnsupportedLocation"
 

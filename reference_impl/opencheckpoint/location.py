@@ -1,4 +1,4 @@
-"""Where a checkpoint lives: local paths only, until remote storage exists (spec R-PUB-19).
+"""Where a checkpoint lives: local paths only, until remote storage exists (spec R-PUB-20).
 
 ``pathlib`` turns ``s3://bucket/ckpt`` into the local ``s3:/bucket/ckpt``; a save
 would quietly write a directory named ``s3:`` and a read would look there. Every
@@ -10,7 +10,7 @@ entry point takes its path through :func:`local_path` first.
 Traceback (most recent call last):
 ...
 opencheckpoint.errors.UnsupportedLocation: UnsupportedLocation: s3://bucket/ckpt: a URL, not a local path: \
-remote storage ('s3://') is not supported yet; copy the checkpoint to a local path [R-PUB-19]
+remote storage ('s3://') is not supported yet; copy the checkpoint to a local path [R-PUB-20]
 """
 
 from __future__ import annotations
@@ -33,5 +33,5 @@ def local_path(path: str | os.PathLike[str]) -> Path:
     match = _URL.match(text)
     if match is not None:
         raise UnsupportedLocation(f"a URL, not a local path: remote storage ({match.group(0)!r}) is not supported "
-                                  "yet; copy the checkpoint to a local path", file=text, section="R-PUB-19")
+                                  "yet; copy the checkpoint to a local path", file=text, section="R-PUB-20")
     return Path(text)

@@ -1,4 +1,4 @@
-"""Rotation and resume never lose the last good checkpoint (spec R-PUB-20): pruning deletes only what the
+"""Rotation and resume never lose the last good checkpoint (spec R-PUB-19): pruning deletes only what the
 rotation wrote, never the checkpoint just saved nor the newest valid one; restore falls back past a newest
 checkpoint that fails verification, with a warning, and leaves it on disk."""
 

@@ -1,4 +1,4 @@
-"""Debris of the library's own naming, and knowing when its writer is gone (spec §12.4).
+"""Debris of the library's own naming, and knowing when its writer is gone (spec §12.4, R-PUB-17, R-PUB-18).
 
 A save works under hidden sibling names: ``.NAME.oc-staging-*`` (the new
 checkpoint being written), ``.NAME.oc-old-*`` (the previous checkpoint moved
