@@ -130,6 +130,28 @@ def test_overwrite_false_keeps_an_existing_checkpoint(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
+def test_overwrite_false_also_keeps_a_checkpoint_whose_name_is_missing(tmp_path: Path) -> None:
+    """An interrupted rename-aside replacement leaves the checkpoint at .NAME.oc-old-* (readers use it)."""
+    publish.USE_EXCHANGE = False
+    target = tmp_path / "ckpt"
+    Checkpoint(model={"step": 1}).save(target)
+
+    def interrupt(operation: str) -> None:
+        if operation == "rename" and not target.exists():
+            raise KeyboardInterrupt
+
+    publish.FAULT_HOOK = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        Checkpoint(model={"step": 2}).save(target)
+    publish.FAULT_HOOK = None
+    assert not target.exists() and read_component(target, "model") == {"step": 1}
+    with pytest.raises(TargetExists, match="overwrite=False"):
+        Checkpoint(model={"step": 3}).save(target, overwrite=False)
+    assert read_component(target, "model") == {"step": 1}
+    Checkpoint(model={"step": 3}).save(target)  # the default replaces it, and the old copy goes
+    assert read_component(target, "model") == {"step": 3} and os.listdir(tmp_path) == ["ckpt"]
+
+
 def test_an_empty_directory_and_a_damaged_checkpoint_may_be_replaced(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -33,7 +33,7 @@ from ..errors import CheckpointError, TargetExists
 from ..manifest import MANIFEST_NAME
 from ..models import FORMAT_NAME
 from ..strict_json import parse_ijson
-from .base import open_source
+from .base import old_candidates, open_source
 
 
 def not_a_checkpoint_reason(path: Path) -> str | None:
@@ -89,7 +89,13 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
     Nothing at ``target``: always. A checkpoint (see the module docstring):
     only with ``overwrite``. Anything else: never.
     """
-    if not os.path.lexists(target) or _empty_directory(target):
+    if not os.path.lexists(target):
+        if not overwrite and old_candidates(target):
+            # Readers serve the checkpoint from its old copy while the name is missing (R-PUB-13).
+            raise TargetExists("a checkpoint exists here (moved aside by an interrupted save) and overwrite=False; "
+                               "nothing was changed", file=str(target), section="R-PUB-16")
+        return
+    if _empty_directory(target):
         return
     reason = not_a_checkpoint_reason(target)
     if reason is not None:
