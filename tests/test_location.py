@@ -61,9 +61,12 @@ def test_cli_exits_1_with_a_clear_message(
 
 
 @pytest.mark.parametrize("path", ["s3:bucket", "C:/data/ckpt", "runs/s3:/x", "my-dir"])
-def test_local_paths_that_merely_contain_a_colon_still_work(
+def test_only_a_scheme_followed_by_two_slashes_is_a_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    Checkpoint(w=[1]).save(path)
+    Checkpoint(w=[1]).save(path)  # a colon alone does not make a URL
     assert read_component(path, "w") == [1]
+    with pytest.raises(UnsupportedLocation):
+        Checkpoint(w=[1]).save(f"s3://{path}")
+    assert sorted(os.listdir(tmp_path)) == sorted({path.split("/")[0]})

@@ -156,13 +156,16 @@ def test_a_plain_save_cleans_debris_of_every_name_in_its_directory(tmp_path: Pat
 
 
 def test_debris_of_saves_in_progress_in_this_process_is_left_alone(tmp_path: Path) -> None:
-    """A save that runs while another is writing (a second thread, a callback) cleans nothing in use."""
+    """A save that runs while another is writing (a second thread, a callback) cleans the debris of ended
+    writers of every name, and nothing in use."""
     inner: list[Path] = []
+    dead = own_style_entry(tmp_path / f".ckpt.oc-staging-{token(2**22 + 4, start='12345678')}")
 
     def meanwhile(operation: str) -> None:
         if operation == "write-manifest" and not inner:
             inner.append(tmp_path / "other")
-            Checkpoint(model={"step": 2}).save(inner[0])
+            Checkpoint(model={"step": 2}).save(inner[0])  # cleans the dead writer's staging, not ours
+            assert not dead.exists()
 
     publish.FAULT_HOOK = meanwhile
     outer = Checkpoint(model={"w": np.ones(10), "step": 1}).save(tmp_path / "ckpt")

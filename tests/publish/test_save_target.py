@@ -113,12 +113,17 @@ def test_thesis_in_a_user_folder_survives(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("old_form", ["directory", "archive"])
 @pytest.mark.parametrize("new_form", ["directory", "archive"])
-def test_a_checkpoint_is_replaced_by_default(tmp_path: Path, old_form: str, new_form: str) -> None:
+def test_a_checkpoint_is_replaced_by_default_and_kept_with_overwrite_false(
+    tmp_path: Path, old_form: str, new_form: str
+) -> None:
     target = tmp_path / "ckpt"
     Checkpoint(model={"step": 1}, format=old_form).save(target)  # type: ignore[arg-type]
     Checkpoint(model={"step": 2}, format=new_form).save(target)  # type: ignore[arg-type]
     assert read_component(target, "model") == {"step": 2} and validate(target).ok
     assert os.listdir(tmp_path) == ["ckpt"]
+    with pytest.raises(TargetExists, match="overwrite=False"):
+        Checkpoint(model={"step": 3}, format=new_form).save(target, overwrite=False)  # type: ignore[arg-type]
+    assert read_component(target, "model") == {"step": 2}
 
 
 def test_overwrite_false_keeps_an_existing_checkpoint(tmp_path: Path) -> None:
@@ -152,11 +157,17 @@ def test_overwrite_false_also_keeps_a_checkpoint_whose_name_is_missing(tmp_path:
     assert read_component(target, "model") == {"step": 3} and os.listdir(tmp_path) == ["ckpt"]
 
 
-def test_an_empty_directory_and_a_damaged_checkpoint_may_be_replaced(tmp_path: Path) -> None:
+def test_an_empty_directory_and_a_damaged_checkpoint_may_be_replaced_a_hidden_file_may_not(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     Checkpoint(model={"step": 1}).save(empty)
     assert read_component(empty, "model") == {"step": 1}
+    hidden_only = tmp_path / "hidden-only"
+    hidden_only.mkdir()
+    (hidden_only / ".keep").write_text("")  # not empty: a file of yours
+    with pytest.raises(TargetExists):
+        Checkpoint(model={"step": 1}).save(hidden_only)
+    assert os.listdir(hidden_only) == [".keep"]
     damaged = tmp_path / "damaged"
     Checkpoint(model={"w": np.ones(1000)}).save(damaged)
     data = damaged / "components" / "model" / "data.bin"
