@@ -131,6 +131,8 @@ class Rotation:
         self.keep_best = keep_best
         self.prefix = prefix
         self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+        #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
+        self.failed: dict[Path, str] = {}
 
     def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
         """The name a checkpoint of ``step`` gets."""
@@ -157,7 +159,11 @@ class Rotation:
         sequence = 1 + max((e.sequence for e in self.entries()), default=0)
         meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence}
         output = format or checkpoint.format
-        path = checkpoint.save(self.path_for(step, output), components=components, metadata=meta, format=output)
+        target = self.path_for(step, output)
+        if target in self.failed:
+            logger.warning("replacing %s, which failed verification when the run resumed (%s)", target,
+                           self.failed.pop(target))
+        path = checkpoint.save(target, components=components, metadata=meta, format=output)
         other = self.path_for(step, "directory" if output == "archive" else "archive")
         if os.path.lexists(other) and self._owns(other, step):
             _remove(other)  # one checkpoint per step: the new one replaces the other form
@@ -271,7 +277,11 @@ class Rotation:
                 continue
             _remove(entry.path)
             removed.append(entry.path)
-            logger.info("pruned %s (step %d)", entry.path, entry.step)
+            if entry.path in self.failed:
+                logger.warning("pruned %s, which failed verification when the run resumed (%s)", entry.path,
+                               self.failed.pop(entry.path))
+            else:
+                logger.info("pruned %s (step %d)", entry.path, entry.step)
         return removed
 
     def load_newest(self, load: Callable[[Path], _T]) -> tuple[Path, _T] | None:
@@ -297,6 +307,7 @@ class Rotation:
             except CheckpointError as exc:
                 logger.warning("skipping %s: it fails verification (%s); falling back to an older checkpoint",
                                entry.path, exc)
+                self.failed[entry.path] = str(exc)
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
@@ -432,7 +443,8 @@ class RunCheckpointer:
             candidate = self.resume_path
             if _is_checkpoint(candidate) or not candidate.is_dir():
                 return self._restore_from(resolve_checkpoint_path(candidate, prefix=rotation.prefix), load_kwargs)
-            rotation = Rotation(candidate, prefix=rotation.prefix)
+            if not _same_directory(candidate, rotation.directory):
+                rotation = Rotation(candidate, prefix=rotation.prefix)
         found = rotation.load_newest(lambda path: self._restore_from(path, load_kwargs))
         if found is None:
             if self.resume_path is not None:
@@ -456,6 +468,13 @@ class RunCheckpointer:
         self.last_saved_step = step
         logger.info("resumed from %s at step %d", path, step)
         return step
+
+
+def _same_directory(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _is_checkpoint(path: Path) -> bool:

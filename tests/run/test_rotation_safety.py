@@ -97,6 +97,10 @@ def test_restore_falls_back_past_a_bit_flipped_newest_with_a_warning(
     assert newest.exists() and not validate(newest).ok  # kept for inspection, never deleted silently
     result = fresh.rotation.load_latest(fresh.checkpoint)
     assert result.manifest["metadata"]["step"] == 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="opencheckpoint.run"):
+        fresh.save(3)  # the resumed run writes step 3 again: over the corrupt one, and it says so
+    assert f"replacing {newest}" in caplog.text and validate(newest).ok
 
 
 def test_restore_warns_about_a_newest_checkpoint_that_does_not_open(

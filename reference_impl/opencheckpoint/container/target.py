@@ -57,6 +57,8 @@ def not_a_checkpoint_reason(path: Path) -> str | None:
         if not os.path.lexists(path / MANIFEST_NAME) and stat.S_ISDIR(mode):
             return f"not an OpenCheckpoint checkpoint (no {MANIFEST_NAME})"
         return f"not recognisably an OpenCheckpoint checkpoint ({exc.message})"
+    except OSError as exc:  # unreadable: what cannot be looked at cannot be known to be a checkpoint
+        return f"cannot be read to check that it is a checkpoint ({exc.strerror})"
     if errors:
         first = errors[0]
         return f"{first.file!r} inside it is not a file a checkpoint can hold ({first.message})"
