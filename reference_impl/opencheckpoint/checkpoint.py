@@ -30,6 +30,7 @@ from .adapters.base import Adapter, ComponentReader, ComponentWriter, resolve_ad
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from .location import local_path
 from .manifest import KIND_VERSIONS, MANIFEST_NAME
 from .models import FORMAT_NAME, FORMAT_VERSION
 from .paths import check_segment
@@ -180,13 +181,21 @@ class Checkpoint:
         format: CheckpointFormat | None = None,
         checkpoint_id: str | None = None,
         created_at: str | None = None,
+        overwrite: bool = True,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
 
         The previous checkpoint at ``path`` (if any) stays intact and readable
         until the new one is complete and durable.
+
+        A save replaces only nothing (or an empty directory) or an
+        OpenCheckpoint checkpoint, and the latter only with ``overwrite=True``
+        (the default). Anything else at ``path`` (a folder of yours, a file,
+        a symbolic link) raises :class:`TargetExists` before anything on disk
+        changes; no option deletes it. A URL (``s3://...``) raises
+        :class:`UnsupportedLocation`.
         """
-        target = Path(path).absolute()
+        target = local_path(path).absolute()
         output = format or self.format
         if output not in _FORMATS:
             raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
@@ -196,7 +205,7 @@ class Checkpoint:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
-        with StagedCheckpoint(target, form=output, durable=self.durable) as staged:
+        with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
             records = {name: self._save_component(name, staged.directory) for name in names}
             staged.commit({
                 "format": FORMAT_NAME,

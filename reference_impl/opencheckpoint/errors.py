@@ -188,6 +188,22 @@ class UnsupportedValue(CheckpointError):
     error_class = "UnsupportedValue"
 
 
+class TargetExists(CheckpointError):
+    """A save's target holds something it may not replace: not a checkpoint, or ``overwrite=False``.
+
+    Raised before anything on disk changes (spec R-PUB-16); also when the
+    library refuses to delete a path that is not a checkpoint.
+    """
+
+    error_class = "TargetExists"
+
+
+class UnsupportedLocation(CheckpointError):
+    """A path is a URL (``s3://bucket/ckpt``, any ``scheme://``): remote storage is not supported (R-PUB-20)."""
+
+    error_class = "UnsupportedLocation"
+
+
 #: Every error class by its protocol name (conformance: ``error: <Class>: ...``).
 ERROR_CLASSES: dict[str, type[CheckpointError]] = {
     cls.error_class: cls
@@ -209,5 +225,7 @@ ERROR_CLASSES: dict[str, type[CheckpointError]] = {
         UnknownComponentKind,
         IncompatibleComponent,
         UnsupportedValue,
+        TargetExists,
+        UnsupportedLocation,
     )
 }

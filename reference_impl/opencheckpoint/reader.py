@@ -49,6 +49,7 @@ from .errors import (
 )
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c
 from .limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
+from .location import local_path
 from .manifest import (
     KIND_VERSIONS,
     MANIFEST_NAME,
@@ -405,7 +406,7 @@ class CheckpointReader:
         issues: list[CheckpointError] | None = None,
         check_files: bool = True,
     ) -> None:
-        self.path = Path(path)
+        self.path = local_path(path)
         self._understood = understood_extensions
         if is_staging_name(self.path):
             raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(self.path),

@@ -3,8 +3,10 @@
 Framework-neutral: works with any :class:`~opencheckpoint.Checkpoint`.
 
 * :class:`Rotation` keeps a directory of ``checkpoint-000000001234`` checkpoints
-  (archives end in ``.ocp``): the newest ``keep_last``, plus the best by a
-  metric read from the manifest metadata.
+  (archives end in ``.ocp``): the ``keep_last`` most recently written, plus the
+  best by a metric read from the manifest metadata. It deletes only checkpoints
+  it wrote itself, never the one just written nor the newest valid one, and
+  restoring falls back past a newest checkpoint that fails verification.
 * :class:`RunCheckpointer` saves every ``interval`` steps and restores a run.
 * :class:`StopOnSignal` turns SIGINT/SIGTERM into a stop request checked at
   loop boundaries.
@@ -29,33 +31,48 @@ import os
 import re
 import signal
 import threading
-import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
+from .container.debris import clean_debris, release, working_path
 from .container.publish import remove_tree
-from .errors import CheckpointError, NotACheckpoint
+from .container.target import check_deletable
+from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
+from .location import local_path
 from .reader import CheckpointReader
+from .validate import validate
 
 logger = logging.getLogger("opencheckpoint.run")
 
 #: Suffix of archive checkpoints in a rotation directory.
 ARCHIVE_SUFFIX = ".ocp"
+#: Manifest metadata member in which a rotation records that it wrote a checkpoint:
+#: ``{"prefix": str, "step": int, "sequence": int}`` (the sequence numbers its saves in write order).
+ROTATION_KEY = "opencheckpoint.rotation"
 _STEP_DIGITS = 12
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class RotationEntry:
-    """One recognised checkpoint of a rotation directory."""
+    """One recognised checkpoint of a rotation directory.
+
+    ``owned``: the rotation wrote it (its manifest metadata records this
+    rotation's prefix and the step of its name under :data:`ROTATION_KEY`);
+    only owned checkpoints are ever pruned. ``sequence``: the rotation's
+    write order of owned checkpoints (0 for the others).
+    """
 
     path: Path
     step: int
     created_at: str
     metric: float | None
+    owned: bool = False
+    sequence: int = 0
 
 
 class Rotation:
@@ -68,7 +85,19 @@ class Rotation:
             whose manifest metadata has the best value of that key.
         prefix: file name prefix; names are ``{prefix}-{step:012d}`` (``.ocp`` for archives).
 
-    Pruning never deletes the newest checkpoint nor the best one.
+    What pruning deletes: only checkpoints this rotation wrote (recorded in
+    their manifest metadata under :data:`ROTATION_KEY` when they were
+    written), beyond the ``keep_last`` most recently written and the best;
+    never the checkpoint just saved, never the newest valid one, never a
+    checkpoint made by hand or by another tool, whatever its name. Debris of
+    killed saves in the directory goes too (only when its writer is gone).
+
+    Which checkpoint is the latest: the one this rotation wrote most
+    recently, whatever its step (directories with none of its own: the
+    highest step). After resuming from an older step, checkpoints with
+    higher steps from the abandoned run stay on disk, untouched, until they
+    fall out of the ``keep_last`` most recently written; they are never
+    taken for the latest once a newer save exists.
 
     >>> import tempfile
     >>> from opencheckpoint import Checkpoint
@@ -97,11 +126,13 @@ class Rotation:
                 raise ValueError(f"keep_best must be (non-empty str, 'min' | 'max'), got {keep_best!r}")
         if not prefix or "/" in prefix or "\\" in prefix or prefix.startswith("."):
             raise ValueError(f"prefix must be a plain, non-hidden file name prefix, got {prefix!r}")
-        self.directory = Path(directory)
+        self.directory = local_path(directory)
         self.keep_last = keep_last
         self.keep_best = keep_best
         self.prefix = prefix
         self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+        #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
+        self.failed: dict[Path, str] = {}
 
     def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
         """The name a checkpoint of ``step`` gets."""
@@ -117,7 +148,7 @@ class Rotation:
         *,
         components: Collection[str] | None = None,
     ) -> Path:
-        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path."""
+        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
         meta = dict(metadata or {})
@@ -125,21 +156,43 @@ class Rotation:
             key = self.keep_best[0]
             if key not in meta or _metric(meta[key]) is None:
                 raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
+        sequence = 1 + max((e.sequence for e in self.entries()), default=0)
+        meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence}
         output = format or checkpoint.format
-        path = checkpoint.save(self.path_for(step, output), components=components, metadata=meta, format=output)
+        target = self.path_for(step, output)
+        if target in self.failed:
+            logger.warning("replacing %s, which failed verification when the run resumed (%s)", target,
+                           self.failed.pop(target))
+        path = checkpoint.save(target, components=components, metadata=meta, format=output)
         other = self.path_for(step, "directory" if output == "archive" else "archive")
-        if other.exists():  # one checkpoint per step: the new one replaces the other form
-            _remove(other)
-        self.prune()
+        if os.path.lexists(other) and self._owns(other, step):
+            _remove(other)  # one checkpoint per step: the new one replaces the other form
+        self.prune(protect=[path])
         return path
 
-    def entries(self) -> list[RotationEntry]:
-        """Every readable checkpoint of the directory, oldest step first."""
+    def _owned_by_us(self, metadata: Any, step: int) -> int | None:
+        """The write sequence if ``metadata`` records this rotation writing step ``step``, else None."""
+        mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
+        if not isinstance(mark, dict) or mark.get("prefix") != self.prefix or mark.get("step") != step:
+            return None
+        sequence = mark.get("sequence")
+        return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
+
+    def _owns(self, path: Path, step: int) -> bool:
+        try:
+            with CheckpointReader(path) as reader:
+                return self._owned_by_us(reader.manifest.get("metadata"), step) is not None
+        except (CheckpointError, OSError):
+            return False
+
+    def _scan(self) -> tuple[list[RotationEntry], list[tuple[Path, str]]]:
+        """The readable checkpoints of the directory (oldest step first), and the names that do not open."""
         try:
             names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
         found: list[RotationEntry] = []
+        broken: list[tuple[Path, str]] = []
         for name in names:
             match = self._pattern.fullmatch(name)
             if match is None:
@@ -148,22 +201,37 @@ class Rotation:
             try:
                 with CheckpointReader(path) as reader:
                     manifest = reader.manifest
-            except (CheckpointError, OSError):
-                continue  # unreadable or foreign: not ours to list (and never pruned)
+            except (CheckpointError, OSError) as exc:
+                broken.append((path, str(exc)))  # unreadable or foreign: never listed, never pruned
+                continue
+            step = int(match.group(1))
             metadata = manifest.get("metadata") or {}
             metric = _metric(metadata.get(self.keep_best[0])) if self.keep_best else None
-            found.append(RotationEntry(path, int(match.group(1)), str(manifest.get("created_at", "")), metric))
+            sequence = self._owned_by_us(metadata, step)
+            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), metric,
+                                       owned=sequence is not None, sequence=sequence or 0))
         found.sort(key=lambda e: (e.step, e.created_at, e.path.name))
-        return found
+        broken.sort()
+        return found, broken
+
+    def entries(self) -> list[RotationEntry]:
+        """Every readable checkpoint of the directory, oldest step first."""
+        return self._scan()[0]
 
     def checkpoints(self) -> list[Path]:
         """Paths of the readable checkpoints, oldest step first."""
         return [e.path for e in self.entries()]
 
+    @staticmethod
+    def _newest_first(entries: Iterable[RotationEntry]) -> list[RotationEntry]:
+        """Resume order: this rotation's own checkpoints, most recently written first; then the others by step."""
+        return sorted(entries, key=lambda e: (e.owned, e.sequence if e.owned else 0, e.step, e.created_at),
+                      reverse=True)
+
     def latest(self) -> Path | None:
-        """The checkpoint with the highest step, or None."""
-        entries = self.entries()
-        return entries[-1].path if entries else None
+        """The checkpoint this rotation wrote most recently (none of its own: the highest step), or None."""
+        entries = self._newest_first(self.entries())
+        return entries[0].path if entries else None
 
     def best(self) -> Path | None:
         """The checkpoint with the best metric (ties: the newer one), or None."""
@@ -179,24 +247,81 @@ class Rotation:
         sign = 1.0 if self.keep_best[1] == "max" else -1.0
         return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]  # scored: metric is not None
 
-    def prune(self) -> list[Path]:
-        """Delete checkpoints beyond the policy; return the deleted paths."""
-        entries = self.entries()
-        keep = {e.path for e in entries[-self.keep_last:]}
-        best = self._best(entries)
+    def prune(self, protect: Collection[Path] = ()) -> list[Path]:
+        """Delete this rotation's checkpoints beyond the policy, and ended writers' debris; return the deleted paths.
+
+        ``protect``: checkpoints known valid (a save passes the one it just
+        wrote). Pruning keeps the ``keep_last`` most recently written, the
+        best, and the newest one that passes :func:`~opencheckpoint.validate`
+        (checked only where the newest kept ones are not known valid), and
+        never touches a checkpoint it did not write.
+        """
+        clean_debris(self.directory)
+        owned = self._newest_first(e for e in self.entries() if e.owned)
+        keep = {e.path for e in owned[: self.keep_last]} | set(protect)
+        best = self._best(owned)
         if best is not None:
             keep.add(best.path)
-        removed = [e.path for e in entries if e.path not in keep]
-        for path in removed:
-            _remove(path)
+        removable = [e for e in owned if e.path not in keep]
+        if not removable:
+            return []
+        # Never delete the newest valid checkpoint: find it among the newest (usually the one just written).
+        for entry in owned:
+            if entry.path in protect or validate(entry.path).ok:
+                keep.add(entry.path)
+                break
+            logger.warning("%s fails verification: pruning keeps an older valid checkpoint", entry.path)
+        removed: list[Path] = []
+        for entry in reversed(removable):  # oldest first
+            if entry.path in keep:
+                continue
+            _remove(entry.path)
+            removed.append(entry.path)
+            if entry.path in self.failed:
+                logger.warning("pruned %s, which failed verification when the run resumed (%s)", entry.path,
+                               self.failed.pop(entry.path))
+            else:
+                logger.info("pruned %s (step %d)", entry.path, entry.step)
         return removed
 
+    def load_newest(self, load: Callable[[Path], _T]) -> tuple[Path, _T] | None:
+        """Call ``load`` on the newest checkpoint, falling back past those that fail verification.
+
+        Candidates come in :meth:`latest` order. A candidate whose ``load``
+        raises a :class:`CheckpointError` (corrupt, truncated, unsupported) is
+        skipped with a warning naming it and the reason; it is never deleted.
+        :class:`IncompatibleComponent` (the live objects do not fit) is raised
+        at once: an older checkpoint would not fit better. Returns
+        ``(path, result)``, None when the directory holds no checkpoint; if
+        every candidate fails, raises the newest one's error.
+        """
+        entries, broken = self._scan()
+        for path, reason in broken:
+            logger.warning("skipping %s: not a readable checkpoint (%s)", path, reason)
+        first_error: CheckpointError | None = None
+        for entry in self._newest_first(entries):
+            try:
+                return entry.path, load(entry.path)
+            except IncompatibleComponent:
+                raise
+            except CheckpointError as exc:
+                logger.warning("skipping %s: it fails verification (%s); falling back to an older checkpoint",
+                               entry.path, exc)
+                self.failed[entry.path] = str(exc)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return None
+
     def load_latest(self, checkpoint: Checkpoint, **load_kwargs: Any) -> LoadResult:
-        """Restore ``checkpoint`` from the latest checkpoint (:class:`NotACheckpoint` if there is none)."""
-        latest = self.latest()
-        if latest is None:
+        """Restore ``checkpoint`` from the newest checkpoint that loads (:class:`NotACheckpoint` if there is none).
+
+        Falls back past checkpoints that fail verification (see :meth:`load_newest`).
+        """
+        found = self.load_newest(lambda path: checkpoint.load(path, **load_kwargs))
+        if found is None:
             raise NotACheckpoint(f"no {self.prefix}-<step> checkpoint in the directory", file=str(self.directory))
-        return checkpoint.load(latest, **load_kwargs)
+        return found[1]
 
 
 def _metric(value: Any) -> float | None:
@@ -207,10 +332,15 @@ def _metric(value: Any) -> float | None:
 
 
 def _remove(path: Path) -> None:
-    """Rename out of the rotation's namespace first, so a crash never leaves a half-deleted checkpoint."""
-    tombstone = path.with_name(f".{path.name}.oc-delete-{uuid.uuid4().hex[:12]}")
-    os.replace(path, tombstone)
-    remove_tree(tombstone)
+    """Delete a checkpoint: renamed out of the rotation's namespace first, so a crash never leaves a
+    half-deleted checkpoint under its name (the ``.NAME.oc-delete-*`` tombstone is debris, cleaned later)."""
+    check_deletable(path)  # only ever a checkpoint (R-PUB-16), whatever the name says
+    tombstone = working_path(path, "delete")
+    try:
+        os.replace(path, tombstone)
+        remove_tree(tombstone)
+    finally:
+        release(tombstone)
 
 
 def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpoint") -> Path:
@@ -225,12 +355,9 @@ def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpo
     >>> resolve_checkpoint_path(run_dir) == saved == resolve_checkpoint_path(saved)
     True
     """
-    candidate = Path(path)
-    try:
-        CheckpointReader(candidate).close()
+    candidate = local_path(path)
+    if _is_checkpoint(candidate):
         return candidate
-    except NotACheckpoint:
-        pass
     if candidate.is_dir():
         latest = Rotation(candidate, prefix=prefix).latest()
         if latest is not None:
@@ -273,7 +400,7 @@ class RunCheckpointer:
         self.interval = interval
         self.exclude = frozenset(exclude)
         self.optional = frozenset(optional)
-        self.resume_path = None if resume_path is None else Path(resume_path)
+        self.resume_path = None if resume_path is None else local_path(resume_path)
         self.last_saved_step: int | None = None
 
     @property
@@ -285,7 +412,8 @@ class RunCheckpointer:
         """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
 
         A forced save of the step just saved writes nothing. The manifest
-        metadata gets ``{"step": step}`` plus ``metadata``.
+        metadata gets ``{"step": step}`` plus ``metadata`` (and the rotation's
+        mark, :data:`ROTATION_KEY`).
         """
         last = self.last_saved_step
         if force:
@@ -302,31 +430,59 @@ class RunCheckpointer:
     def restore(self, **load_kwargs: Any) -> int | None:
         """Resume from ``resume_path`` (or the directory's latest); return its step, None if nothing to resume.
 
-        An explicit ``resume_path`` that is not a checkpoint raises
-        :class:`NotACheckpoint`. Global RNG state restores last (its adapter's
-        ``restore_last``).
+        From a run directory, the newest checkpoint that loads wins: one that
+        fails verification is skipped with a warning naming it and why, and
+        left on disk (:meth:`Rotation.load_newest`). An explicit
+        ``resume_path`` that is a checkpoint is loaded as asked (no fallback);
+        one that is neither a checkpoint nor a run directory raises
+        :class:`NotACheckpoint`. Global RNG state restores last (its
+        adapter's ``restore_last``).
         """
-        path: Path | None
+        rotation = self.rotation
         if self.resume_path is not None:
-            path = resolve_checkpoint_path(self.resume_path, prefix=self.rotation.prefix)
-        else:
-            path = self.rotation.latest()
-            if path is None:
-                return None
+            candidate = self.resume_path
+            if _is_checkpoint(candidate) or not candidate.is_dir():
+                return self._restore_from(resolve_checkpoint_path(candidate, prefix=rotation.prefix), load_kwargs)
+            if not _same_directory(candidate, rotation.directory):
+                rotation = Rotation(candidate, prefix=rotation.prefix)
+        found = rotation.load_newest(lambda path: self._restore_from(path, load_kwargs))
+        if found is None:
+            if self.resume_path is not None:
+                raise NotACheckpoint(f"no {rotation.prefix}-<step> checkpoint in the run directory",
+                                     file=str(rotation.directory))
+            return None
+        return found[1]
+
+    def _restore_from(self, path: Path, load_kwargs: Mapping[str, Any]) -> int:
         with CheckpointReader(path) as reader:
             stored = set(reader.components)
             step = reader.manifest.get("metadata", {}).get("step")
-        wanted = [n for n in self.components if n not in self.optional or n in stored]
-        self.checkpoint.load(path, components=wanted, **load_kwargs)
         if not isinstance(step, int) or isinstance(step, bool):
             match = self.rotation._pattern.fullmatch(path.name)
             if match is None:
                 raise CheckpointError("checkpoint metadata has no integer 'step'", file=str(path),
                                       field="$.metadata.step")
             step = int(match.group(1))
+        wanted = [n for n in self.components if n not in self.optional or n in stored]
+        self.checkpoint.load(path, components=wanted, **load_kwargs)
         self.last_saved_step = step
         logger.info("resumed from %s at step %d", path, step)
         return step
+
+
+def _same_directory(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _is_checkpoint(path: Path) -> bool:
+    try:
+        CheckpointReader(path).close()
+    except NotACheckpoint:
+        return False
+    return True
 
 
 class StopOnSignal:

@@ -64,9 +64,10 @@ def test_coverage_of_the_suite() -> None:
     assert len(valid) >= 40 and len(invalid) >= 30
     classes = {c.meta.error_class for c in invalid}
     # every class of Table 16-1 that a file can cause (IncompatibleComponent never is, §16.1;
-    # UnknownComponentKind is never raised by CMD read, R-RDR-8)
+    # UnknownComponentKind is never raised by CMD read, R-RDR-8; TargetExists and UnsupportedLocation
+    # are about a save's target and a path given as a URL, never about a file, R-PUB-16, R-PUB-20)
     file_classes = set(ERROR_CLASSES) - {"CheckpointError", "IncompatibleComponent", "UnsupportedValue",
-                                         "UnknownComponentKind"}
+                                         "UnknownComponentKind", "TargetExists", "UnsupportedLocation"}
     assert file_classes <= classes, file_classes - classes
     ids = {c.id for c in cases}
     assert {f"dtype-{name.replace('_', '-')}" for name in DTYPES} <= ids

@@ -30,7 +30,8 @@ def test_interval_and_force(tmp_path: Path) -> None:
     assert run.save(25, force=True) is None  # already saved at this step
     assert saved_steps(run) == [10, 20, 25]
     with open_checkpoint(run.rotation.latest()) as reader:  # type: ignore[arg-type]
-        assert reader.manifest["metadata"] == {"step": 25}
+        assert reader.manifest["metadata"] == {
+            "step": 25, "opencheckpoint.rotation": {"prefix": "checkpoint", "step": 25, "sequence": 3}}
 
 
 def test_keep_last_applies(tmp_path: Path) -> None:

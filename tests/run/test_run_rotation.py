@@ -18,11 +18,11 @@ def names(paths: list[Path]) -> list[str]:
 def test_names_and_keep_last(tmp_path: Path) -> None:
     rotation = Rotation(tmp_path, keep_last=2)
     ckpt = Checkpoint(value={"x": 1})
-    saved = [rotation.save(ckpt, step) for step in (1, 1234, 20, 5)]
+    saved = [rotation.save(ckpt, step) for step in (1, 1234, 20)]
     assert saved[1].name == "checkpoint-000000001234"
-    # steps order the checkpoints, not save order: 5 (saved last) is older than 20 and 1234
+    # keep_last counts saves in the order they were written; the list is in step order
     assert names(rotation.checkpoints()) == ["checkpoint-000000000020", "checkpoint-000000001234"]
-    assert rotation.latest() == saved[1]
+    assert rotation.latest() == saved[2]  # the most recent save, not the highest step
     assert sorted(p.name for p in tmp_path.iterdir()) == names(rotation.checkpoints())
 
 
@@ -85,7 +85,9 @@ def test_load_latest(tmp_path: Path) -> None:
         rotation.save(ckpt, step)
     weights["w"][:] = -1
     result = rotation.load_latest(ckpt)
-    assert result.manifest["metadata"] == {} and weights["w"].tolist() == [2.0, 2.0, 2.0]
+    mark = {"prefix": "checkpoint", "step": 2, "sequence": 2}
+    assert result.manifest["metadata"] == {"opencheckpoint.rotation": mark}
+    assert weights["w"].tolist() == [2.0, 2.0, 2.0]
     with pytest.raises(NotACheckpoint):
         Rotation(tmp_path / "empty").load_latest(ckpt)
 

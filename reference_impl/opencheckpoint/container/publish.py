@@ -20,14 +20,14 @@ import ctypes.util
 import errno
 import os
 import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+from .debris import clean_debris, holds_only_our_files, parse, release, removable, working_path
 
 #: Test hook: called with an operation name before each filesystem step.
 FAULT_HOOK: Callable[[str], None] | None = None
 
-_STAGING_MARK = ".oc-staging-"
 _OLD_MARK = ".oc-old-"
 
 
@@ -37,57 +37,17 @@ def fault_point(operation: str) -> None:
         FAULT_HOOK(operation)
 
 
-#: Staging paths of saves in progress in this process (never cleaned as stale).
-_ACTIVE: set[Path] = set()
-
-
 def staging_path(target: Path) -> Path:
-    """A fresh hidden sibling name for the new checkpoint: ``.NAME.oc-staging-PID-RANDOM``.
+    """A fresh hidden sibling name for the new checkpoint: ``.NAME.oc-staging-<writer token>`` (R-PUB-1).
 
     The path counts as in use until :func:`release` is called for it.
     """
-    path = target.parent / f".{target.name}{_STAGING_MARK}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    _ACTIVE.add(path)
-    return path
-
-
-def release(path: Path) -> None:
-    """Mark a staging path as no longer in use (it is stale if it still exists)."""
-    _ACTIVE.discard(path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return working_path(target, "staging")
 
 
 def clean_stale(target: Path) -> list[Path]:
-    """Remove staging debris of earlier, dead writers of ``target`` and leftover old copies."""
-    removed: list[Path] = []
-    try:
-        names = os.listdir(target.parent)
-    except FileNotFoundError:
-        return removed
-    staging_prefix = f".{target.name}{_STAGING_MARK}"
-    old_prefix = f".{target.name}{_OLD_MARK}"
-    for name in names:
-        path = target.parent / name
-        if name.startswith(staging_prefix):
-            pid_text = name[len(staging_prefix) :].split("-", 1)[0]
-            ours = pid_text == str(os.getpid())
-            if (ours and path not in _ACTIVE) or (
-                    pid_text.isdigit() and not ours and not _pid_alive(int(pid_text))):
-                remove_tree(path)
-                removed.append(path)
-        elif name.startswith(old_prefix) and target.exists():
-            remove_tree(path)
-            removed.append(path)
-    return removed
+    """Remove debris of ended writers next to ``target`` (any name, R-PUB-18); return what was removed."""
+    return clean_debris(target.parent)
 
 
 def remove_tree(path: Path) -> None:
@@ -152,17 +112,29 @@ def exchange(a: Path, b: Path) -> bool:
 USE_EXCHANGE = True
 
 
+def _old_copies(target: Path) -> list[Path]:
+    """``.NAME.oc-old-*`` entries next to ``target`` that hold nothing but a checkpoint writer's files."""
+    prefix = f".{target.name}{_OLD_MARK}"
+    return [target.parent / name for name in sorted(os.listdir(target.parent))
+            if name.startswith(prefix) and holds_only_our_files(target.parent / name)]
+
+
 def publish(staged: Path, target: Path, *, durable: bool) -> None:
-    """Make ``staged`` (a complete checkpoint) visible as ``target``, atomically."""
+    """Make ``staged`` (a complete checkpoint) visible as ``target``, atomically.
+
+    The caller has checked that ``target`` is nothing or a checkpoint it may
+    replace (:func:`~opencheckpoint.container.target.check_replaceable`).
+    """
     parent = target.parent
     if not os.path.lexists(target):
         fault_point("rename")
         os.rename(staged, target)
         # A writer that died between its two renames left the previous checkpoint aside;
-        # the new one now supersedes it.
-        for name in os.listdir(parent):
-            if name.startswith(f".{target.name}{_OLD_MARK}"):
-                remove_tree(parent / name)
+        # the new one now supersedes it (a live writer's copy is its own to remove).
+        for old in _old_copies(target):
+            entry = parse(old)
+            if entry is not None and removable(entry):
+                remove_tree(old)
     elif USE_EXCHANGE and exchange(staged, target):
         if durable:
             fsync_directory(parent)
@@ -172,16 +144,18 @@ def publish(staged: Path, target: Path, *, durable: bool) -> None:
         fault_point("rename")
         os.replace(staged, target)
     else:
-        for name in os.listdir(parent):  # R-PUB-6: at most one old copy may ever exist
-            if name.startswith(f".{target.name}{_OLD_MARK}"):
-                remove_tree(parent / name)
-        old = parent / f".{target.name}{_OLD_MARK}{uuid.uuid4().hex[:12]}"
-        fault_point("rename-old")
-        os.rename(target, old)
-        fault_point("rename")
-        os.rename(staged, target)
-        if durable:
-            fsync_directory(parent)
-        remove_tree(old)
+        for previous in _old_copies(target):  # R-PUB-6: at most one old copy may ever exist
+            remove_tree(previous)
+        old = working_path(target, "old")
+        try:
+            fault_point("rename-old")
+            os.rename(target, old)
+            fault_point("rename")
+            os.rename(staged, target)
+            if durable:
+                fsync_directory(parent)
+            remove_tree(old)
+        finally:
+            release(old)
     if durable:
         fsync_directory(parent)

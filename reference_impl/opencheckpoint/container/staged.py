@@ -6,6 +6,10 @@ writer fills it with component files; :meth:`StagedCheckpoint.commit` writes
 asked, and publishes atomically. Whatever is left over on failure is removed
 on exit (and by the next save, should the process die).
 
+Before anything on disk changes, the target must be nothing or a checkpoint
+(:func:`~.target.check_replaceable`, spec R-PUB-16); it is checked again just
+before publication, in case something else was put there meanwhile.
+
 >>> import tempfile, pathlib
 >>> target = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
 >>> body = {"format": "opencheckpoint", "format_version": 1, "checkpoint_id": "x",
@@ -26,31 +30,38 @@ from typing import Any
 
 from ..manifest import MANIFEST_NAME, serialize_manifest
 from .archive import ArchiveWriter
+from .debris import release
 from .publish import (
     clean_stale,
     fault_point,
     fsync_directory,
     fsync_tree_directories,
     publish,
-    release,
     remove_tree,
     staging_path,
 )
+from .target import check_replaceable
 
 
 class StagedCheckpoint:
     """A checkpoint under construction that becomes ``target`` atomically on :meth:`commit`."""
 
-    def __init__(self, target: Path, *, form: str, durable: bool) -> None:
+    def __init__(self, target: Path, *, form: str, durable: bool, overwrite: bool = True) -> None:
         if form not in ("directory", "archive"):
             raise ValueError(f"form must be 'directory' or 'archive', got {form!r}")
         self.target = target
         self.form = form
         self.durable = durable
+        self.overwrite = overwrite
         self.directory = staging_path(target)
         self._archive: Path | None = None
 
     def __enter__(self) -> StagedCheckpoint:
+        try:
+            check_replaceable(self.target, overwrite=self.overwrite)
+        except BaseException:
+            release(self.directory)
+            raise
         self.target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(self.target)
         fault_point("mkdir-staging")
@@ -68,6 +79,7 @@ class StagedCheckpoint:
                 os.fsync(handle.fileno())
         if self.durable:
             fsync_tree_directories(self.directory)
+        check_replaceable(self.target, overwrite=self.overwrite)
         if self.form == "directory":
             publish(self.directory, self.target, durable=self.durable)
         else:

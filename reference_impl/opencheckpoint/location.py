@@ -1,0 +1,37 @@
+"""Where a checkpoint lives: local paths only, until remote storage exists (spec R-PUB-20).
+
+``pathlib`` turns ``s3://bucket/ckpt`` into the local ``s3:/bucket/ckpt``; a save
+would quietly write a directory named ``s3:`` and a read would look there. Every
+entry point takes its path through :func:`local_path` first.
+
+>>> local_path("runs/ckpt").as_posix()
+'runs/ckpt'
+>>> local_path("s3://bucket/ckpt")
+Traceback (most recent call last):
+...
+opencheckpoint.errors.UnsupportedLocation: UnsupportedLocation: s3://bucket/ckpt: a URL, not a local path: \
+remote storage ('s3://') is not supported yet; copy the checkpoint to a local path [R-PUB-20]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import UnsupportedLocation
+
+# RFC 3986 scheme, then "://". A Windows drive ("C:\\x", "C:/x") has no "//" after the colon.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a :class:`~pathlib.Path`; :class:`UnsupportedLocation` if it is a URL."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):  # os.PathLike[bytes] slips through at run time
+        text = os.fsdecode(text)
+    match = _URL.match(text)
+    if match is not None:
+        raise UnsupportedLocation(f"a URL, not a local path: remote storage ({match.group(0)!r}) is not supported "
+                                  "yet; copy the checkpoint to a local path", file=text, section="R-PUB-20")
+    return Path(text)

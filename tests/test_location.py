@@ -1,0 +1,72 @@
+"""A URL-like path is refused by every entry point with UnsupportedLocation (spec R-PUB-20), and nothing is
+written where pathlib would have put it (``s3://bucket/ckpt`` -> a local ``s3:/bucket/ckpt``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from opencheckpoint import Checkpoint, UnsupportedLocation, open_checkpoint, read_component, validate
+from opencheckpoint.cli import main
+from opencheckpoint.inspect import describe
+from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
+
+URLS = ["s3://bucket/ckpt", "gs://bucket/run/checkpoint-000000000010", "file:///tmp/ckpt", "hf+https://x/y"]
+
+ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
+    "save": lambda url: Checkpoint(w=np.zeros(2)).save(url),
+    "save-archive": lambda url: Checkpoint(w=np.zeros(2), format="archive").save(url),
+    "load": lambda url: Checkpoint(w={"a": np.zeros(2)}).load(url),
+    "read_component": lambda url: read_component(url, "w"),
+    "open_checkpoint": lambda url: open_checkpoint(url),
+    "inspect": lambda url: describe(url),
+    "rotation": lambda url: Rotation(url).save(Checkpoint(w=[1]), 1),
+    "resume": lambda url: RunCheckpointer(Checkpoint(w=[1]), "local-run", interval=1, resume_path=url).restore(),
+    "resolve_checkpoint_path": lambda url: resolve_checkpoint_path(url),
+}
+
+
+@pytest.mark.parametrize("url", URLS)
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_url_is_refused_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedLocation) as caught:
+        ENTRY_POINTS[entry](url)
+    assert caught.value.file == url and "not supported" in str(caught.value) and "local path" in str(caught.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_validate_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    report = validate(url)
+    assert not report.ok and report.errors[0].error == "UnsupportedLocation"
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect"])
+def test_cli_exits_1_with_a_clear_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "s3://bucket/ckpt"]) == 1
+    captured = capsys.readouterr()
+    assert "UnsupportedLocation" in captured.out + captured.err and "s3://" in captured.out + captured.err
+
+
+@pytest.mark.parametrize("path", ["s3:bucket", "C:/data/ckpt", "runs/s3:/x", "my-dir"])
+def test_only_a_scheme_followed_by_two_slashes_is_a_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Checkpoint(w=[1]).save(path)  # a colon alone does not make a URL
+    assert read_component(path, "w") == [1]
+    with pytest.raises(UnsupportedLocation):
+        Checkpoint(w=[1]).save(f"s3://{path}")
+    assert sorted(os.listdir(tmp_path)) == sorted({path.split("/")[0]})
