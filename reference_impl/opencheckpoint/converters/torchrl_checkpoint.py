@@ -21,11 +21,13 @@ Nothing is unpickled and nothing named in the files is imported.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import posixpath
+import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -98,7 +100,7 @@ def is_torchrl_checkpoint(path: Path) -> bool:
     except (OSError, zipfile.BadZipFile):
         return False
     try:
-        return json.loads(source.read(MANIFEST)).get("format") == FORMAT_NAME
+        return bool(json.loads(source.read(MANIFEST)).get("format") == FORMAT_NAME)
     except (ConversionError, ValueError, AttributeError):
         return False
     finally:
@@ -203,23 +205,13 @@ def _consolidated_tensors(data: bytes) -> dict[str, np.ndarray]:
         return {str(k): tensor_to_numpy(v).copy() for k, v in loaded.items()}
 
 
-class _temporary_copy:  # noqa: N801  (a context manager used like a function)
+@contextlib.contextmanager
+def _temporary_copy(data: bytes, suffix: str = ".pt") -> Iterator[Path]:
     """The bytes in a temporary file (torch.load and tensordict read paths), removed on exit."""
-
-    def __init__(self, data: bytes, suffix: str = ".pt") -> None:
-        self.data = data
-        self.suffix = suffix
-
-    def __enter__(self) -> Path:
-        import tempfile
-
-        self._dir = tempfile.TemporaryDirectory(prefix="opencheckpoint-convert-")
-        path = Path(self._dir.name) / f"payload{self.suffix}"
-        path.write_bytes(self.data)
-        return path
-
-    def __exit__(self, *exc: object) -> None:
-        self._dir.cleanup()
+    with tempfile.TemporaryDirectory(prefix="opencheckpoint-convert-") as folder:
+        path = Path(folder) / f"payload{suffix}"
+        path.write_bytes(data)
+        yield path
 
 
 def _plain_dtype(text: Any, where: str) -> np.dtype:
