@@ -23,8 +23,9 @@ class PlainConsole(Console):
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if len(objects) == 1 and isinstance(objects[0], Table):
-            for line in table_lines(objects[0]):
-                super().print(line, markup=False, highlight=False, soft_wrap=True)
+            # Written as is: rich would expand the tabs into spaces.
+            self.file.write("".join(line + "\n" for line in table_lines(objects[0])))
+            self.file.flush()
             return
         kwargs.setdefault("soft_wrap", True)
         super().print(*objects, **kwargs)
