@@ -48,7 +48,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diff import diff
+    from .diffing import diff
     from .errors import CheckpointError
 
     try:

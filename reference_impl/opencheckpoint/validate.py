@@ -11,16 +11,17 @@ bytes, zero padding), then the CRC-32C, SHA-256 and ZIP CRC-32 of every
 remaining file and the ZIP CRC-32 of ``manifest.json``. The first error
 listed is therefore the one of the first step that fails (R-RDR-11).
 
->>> import numpy as np, tempfile, os
->>> from opencheckpoint import Checkpoint
->>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
->>> _ = Checkpoint(w=np.arange(3)).save(path)
->>> validate(path).ok
-True
->>> with open(os.path.join(path, "components/w/data.bin"), "r+b") as f:
-...     _ = f.write(b"\\xff")
->>> [(e.error, e.section) for e in validate(path).errors]
-[('IntegrityError', 'R-ARR-14'), ('IntegrityError', 'R-CHK-7')]
+Examples:
+    >>> import numpy as np, tempfile, os
+    >>> from opencheckpoint import Checkpoint
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+    >>> _ = Checkpoint(w=np.arange(3)).save(path)
+    >>> validate(path).ok
+    True
+    >>> with open(os.path.join(path, "components/w/data.bin"), "r+b") as f:
+    ...     _ = f.write(b"\\xff")
+    >>> [(e.error, e.section) for e in validate(path).errors]
+    [('IntegrityError', 'R-ARR-14'), ('IntegrityError', 'R-CHK-7')]
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 
 from ..checkpoint import Checkpoint, CheckpointFormat
 from ._common import ConversionError, Foreign
-from .export import ExportResult, export
+from .exporting import ExportResult, export
 
 SourceFormat = Literal["torch", "safetensors", "torchrl", "orbax"]
 #: Every source format, in the order auto-detection tries them.
