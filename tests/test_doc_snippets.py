@@ -61,6 +61,7 @@ def runnable_pages() -> list[Path]:
     return [page for page in PAGES if any(not_runnable(lang, code) is None for lang, code in blocks(page))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
