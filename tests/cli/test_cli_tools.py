@@ -28,8 +28,8 @@ def test_new_commands_have_help_with_exit_codes(command: list[str]) -> None:
 
 
 def test_convert_and_export_safetensors_round_trip(tmp_path: Path) -> None:
-    from safetensors.numpy import load_file, save_file
     from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
 
     tensors = {"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "a.bias": np.ones(3, np.float16)}
     save_file(tensors, str(tmp_path / "in.safetensors"), metadata={"origin": "test"})

@@ -34,8 +34,9 @@ def torch_bits(tensor: Any) -> np.ndarray:
 # -- torch.save ---------------------------------------------------------------------------------------------
 
 def test_torch_state_dict_converts_bit_exact_with_odd_dtypes(tmp_path: Path) -> None:
-    state = {"w": torch.randn(3, 4), "b": torch.randn(4).to(torch.bfloat16), "f8": torch.ones(2).to(torch.float8_e4m3fn),
-             "n": torch.tensor(7), "nan": torch.tensor([float("nan"), -0.0])}
+    state = {"w": torch.randn(3, 4), "b": torch.randn(4).to(torch.bfloat16),
+             "f8": torch.ones(2).to(torch.float8_e4m3fn), "n": torch.tensor(7),
+             "nan": torch.tensor([float("nan"), -0.0])}
     torch.save(state, tmp_path / "model.pt")
     assert detect_source(tmp_path / "model.pt") == "torch"
     out = convert(tmp_path / "model.pt", tmp_path / "ckpt")
