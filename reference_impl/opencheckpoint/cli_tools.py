@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from .cli_output import output_console
@@ -54,7 +55,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     try:
         report = diff(args.a, args.b)
     except CheckpointError as exc:
-        print(f"error: {exc}", file=__import__("sys").stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
