@@ -79,6 +79,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from .listing import list_run
 
     listing = list_run(args.run_dir, prefix=args.prefix, metric=args.metric, mode=args.mode, verify=args.verify)
+    if args.resolve:
+        # One path and nothing else, for $(opencheckpoint ls RUN_DIR --resolve latest).
+        chosen = listing.latest if args.resolve == "latest" else listing.best
+        if chosen is None:
+            print(f"error: no valid checkpoint to resolve {args.resolve!r} in {args.run_dir}"
+                  + ("" if args.resolve == "latest" or args.metric else " (best needs --metric)"), file=sys.stderr)
+            return 1
+        print(chosen)
+        return 0
     if args.json:
         print(json.dumps(listing.to_dict(), indent=2))
         return 0
@@ -150,5 +159,7 @@ def add_commands(commands: Any) -> None:
     ls.add_argument("--mode", choices=["min", "max"], default="min", help="best is the min (default) or max")
     ls.add_argument("--prefix", default="checkpoint", help="checkpoint name prefix (default: checkpoint)")
     ls.add_argument("--verify", action="store_true", help="check every byte of each checkpoint (slower)")
+    ls.add_argument("--resolve", choices=["latest", "best"],
+                    help="print only the path of the latest (or best, with --metric) valid checkpoint")
     ls.add_argument("--json", action="store_true", help="print the listing as JSON")
     ls.set_defaults(run=cmd_ls)

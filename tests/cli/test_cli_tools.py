@@ -120,6 +120,11 @@ def test_ls_lists_steps_metric_validity_latest_and_best(tmp_path: Path) -> None:
     text = run("ls", str(tmp_path), "--metric", "loss").stdout
     assert "latest: " in text and "best (loss, min): " in text
     assert run("ls", str(tmp_path / "nothing")).returncode == 1
+    resolved = run("ls", str(tmp_path), "--resolve", "latest")
+    assert resolved.returncode == 0 and resolved.stdout.strip().endswith("checkpoint-000000000020")
+    assert run("ls", str(tmp_path), "--resolve", "best", "--metric", "loss", "--mode", "max").stdout.strip().endswith(
+        "checkpoint-000000000010")
+    assert run("ls", str(tmp_path), "--resolve", "best").returncode == 1  # best needs a metric
 
 
 def test_piped_output_is_not_wrapped_or_truncated(tmp_path: Path) -> None:
