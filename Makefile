@@ -9,10 +9,12 @@ EXTRAS := torch,jax,peers,docs,dev
 
 .PHONY: demo test venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the exact versions CI needs (torch's CPU build on disk, the JAX stack the frozen
+# conformance cases were made with, the linters); pyproject.toml keeps ranges for users.
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -4,7 +4,7 @@ The package imports neither torch nor JAX; their adapters load when an
 object of that framework is saved or a component is read with
 ``framework="torch"`` / ``"jax"``.
 
->>> from opencheckpoint import Checkpoint, read_component, validate
+>>> from opencheckpoint import Checkpoint, convert, diff, export, read_component, validate
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .checkpoint import Checkpoint, LoadResult
+from .converters import ConversionError, ExportResult, convert, export
+from .diffing import DiffReport, diff
 from .errors import (
     ArchiveError,
     ArrayLayoutError,
@@ -43,6 +45,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "CheckpointReader",
+    "ConversionError",
+    "DiffReport",
+    "ExportResult",
     "ExtraFile",
     "IncompatibleComponent",
     "IntegrityError",
@@ -65,6 +70,9 @@ __all__ = [
     "UnsupportedVersion",
     "ValidationReport",
     "__version__",
+    "convert",
+    "diff",
+    "export",
     "open_checkpoint",
     "read_component",
     "validate",

@@ -168,7 +168,7 @@ class Checkpoint:
             return list(self._components)
         unknown = set(names) - set(self._components)
         if unknown:
-            raise KeyError(f"not registered: {sorted(unknown)}")
+            raise KeyError(f"not registered: {sorted(unknown)} (registered: {sorted(self._components)})")
         return [n for n in self._components if n in set(names)]
 
     # -- saving ----------------------------------------------------------------------

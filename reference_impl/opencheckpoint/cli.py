@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .cli_output import output_console
 from .errors import CheckpointError
 
 EXIT_OK = 0
@@ -49,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        out = Console(highlight=False)
+        out = output_console()
         if report.ok:
             out.print(f"[green]valid[/green]: {args.path} ({report.checked_files} files, "
                       f"{report.checked_arrays} arrays, {_human(report.checked_bytes)} verified)")
@@ -68,7 +69,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
         return EXIT_OK
-    out = Console(highlight=False)
+    out = output_console()
     out.print(f"[bold]{summary['path']}[/bold] ({summary['form']}, format v{summary['format_version']})")
     out.print(f"id {summary['checkpoint_id']}, created {summary['created_at']}, by "
               f"{summary['producer']['name']} {summary['producer']['version']}")
@@ -147,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: Any) -> None:
-    """Commands provided by other modules of the package (conformance)."""
+    """Commands provided by other modules of the package (convert, export, diff, ls; conformance)."""
+    from .cli_tools import add_commands as add_tool_commands
+
+    add_tool_commands(commands)
     try:
         from .conformance.cli import add_commands
     except ImportError:

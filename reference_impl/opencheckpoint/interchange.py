@@ -19,14 +19,15 @@ accept NumPy arrays, torch tensors or JAX arrays (whatever
 :func:`~opencheckpoint.read_component` returned for ``framework=``) and
 import no framework themselves.
 
->>> import numpy as np
->>> torch_state = {"0.weight": np.arange(6, dtype=np.float32).reshape(3, 2), "0.bias": np.zeros(3, np.float32)}
->>> params = torch_state_to_nnx(torch_state, {"0": "encoder"})
->>> params["encoder"]["kernel"].shape
-(2, 3)
->>> back = nnx_to_torch_state(params, {"0": "encoder"})
->>> bool((back["0.weight"] == torch_state["0.weight"]).all()), list(back)
-(True, ['0.weight', '0.bias'])
+Examples:
+    >>> import numpy as np
+    >>> torch_state = {"0.weight": np.arange(6, dtype=np.float32).reshape(3, 2), "0.bias": np.zeros(3, np.float32)}
+    >>> params = torch_state_to_nnx(torch_state, {"0": "encoder"})
+    >>> params["encoder"]["kernel"].shape
+    (2, 3)
+    >>> back = nnx_to_torch_state(params, {"0": "encoder"})
+    >>> bool((back["0.weight"] == torch_state["0.weight"]).all()), list(back)
+    (True, ['0.weight', '0.bias'])
 """
 
 from __future__ import annotations

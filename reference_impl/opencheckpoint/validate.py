@@ -11,16 +11,17 @@ bytes, zero padding), then the CRC-32C, SHA-256 and ZIP CRC-32 of every
 remaining file and the ZIP CRC-32 of ``manifest.json``. The first error
 listed is therefore the one of the first step that fails (R-RDR-11).
 
->>> import numpy as np, tempfile, os
->>> from opencheckpoint import Checkpoint
->>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
->>> _ = Checkpoint(w=np.arange(3)).save(path)
->>> validate(path).ok
-True
->>> with open(os.path.join(path, "components/w/data.bin"), "r+b") as f:
-...     _ = f.write(b"\\xff")
->>> [(e.error, e.section) for e in validate(path).errors]
-[('IntegrityError', 'R-ARR-14'), ('IntegrityError', 'R-CHK-7')]
+Examples:
+    >>> import numpy as np, tempfile, os
+    >>> from opencheckpoint import Checkpoint
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+    >>> _ = Checkpoint(w=np.arange(3)).save(path)
+    >>> validate(path).ok
+    True
+    >>> with open(os.path.join(path, "components/w/data.bin"), "r+b") as f:
+    ...     _ = f.write(b"\\xff")
+    >>> [(e.error, e.section) for e in validate(path).errors]
+    [('IntegrityError', 'R-ARR-14'), ('IntegrityError', 'R-CHK-7')]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .container.archive import ArchiveSource
-from .errors import CheckpointError, IntegrityError
+from .errors import CheckpointError, ExtraFile, IntegrityError, MissingFile
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .reader import CheckpointReader, array_view, verify_view
@@ -101,17 +102,34 @@ def validate(path: str | os.PathLike[str], *, progress: Any = None) -> Validatio
     """
     report = ValidationReport(str(path))
     issues: list[CheckpointError] = []
+    skipped: set[str] = set()
     try:
         reader = CheckpointReader(path, issues=issues)
     except CheckpointError as exc:
         report.add(exc.at(file=str(path)))
         for issue in issues:
             report.add(issue)
-        return report
+        errors = [exc, *issues]
+        if not all(_is_inventory_error(e) for e in errors):
+            return report
+        # Only files are missing, extra or of the wrong size: the manifest is sound, so every other rule
+        # can still be checked (an extra file must not hide a CRC error). Files already reported are
+        # left out of the later steps, and so is every component that lists one.
+        try:
+            reader = CheckpointReader(path, check_files=False)
+        except CheckpointError:
+            return report
+        skipped = {e.file for e in errors if e.file}
     with reader:
         report.manifest = reader.manifest
-        _check_components(reader, report, progress)
+        _check_components(reader, report, progress, skipped)
     return report
+
+
+def _is_inventory_error(exc: CheckpointError) -> bool:
+    """Step 10-11 errors about one file (R-CON-2 extra, R-CON-3 missing, R-CHK-6 size)."""
+    return isinstance(exc, (ExtraFile, MissingFile)) or (isinstance(exc, IntegrityError)
+                                                          and exc.section == "R-CHK-6")
 
 
 def _attempt(report: ValidationReport, failed: set[str], name: str, check: Callable[..., Any], *args: Any) -> Any:
@@ -124,7 +142,8 @@ def _attempt(report: ValidationReport, failed: set[str], name: str, check: Calla
         return None
 
 
-def _check_components(reader: CheckpointReader, report: ValidationReport, progress: Any) -> None:
+def _check_components(reader: CheckpointReader, report: ValidationReport, progress: Any,
+                      skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Steps 12-16, step by step over all components (spec §15: all of step 12, then all of step 13, ...).
 
     Each step runs for every component still standing, in manifest order, so
@@ -135,7 +154,9 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
     checked in step 16.
     """
     components = reader.components
-    failed: set[str] = set()
+    # Components with a file already reported missing or of the wrong size are not decoded.
+    failed: set[str] = {name for name, record in components.items()
+                        if any(f"{record.path}/{rel}" in skipped for rel in record.files)}
     # Step 12: kind. A kind this reader does not implement is opaque (R-CMP-20), not an error.
     decodable = [name for name, record in components.items() if record.kind in KIND_VERSIONS]
     for name in decodable:
@@ -170,7 +191,7 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
     # Step 16: the arrays of each tree component, then every file.
     for decoded, data_file, size in layouts.values():
         _check_arrays(reader, decoded, data_file, size, report)
-    _check_files(reader, report, progress, crc_checked)
+    _check_files(reader, report, progress, crc_checked | set(skipped), skipped)
 
 
 #: The payload file of each kind that has one (step 13).
@@ -201,13 +222,16 @@ def _check_arrays(reader: CheckpointReader, decoded: DecodedTree, data_file: str
         report.add(exc.at(file=data_file))
 
 
-def _check_files(reader: CheckpointReader, report: ValidationReport, progress: Any, crc_checked: set[str]) -> None:
+def _check_files(reader: CheckpointReader, report: ValidationReport, progress: Any, crc_checked: set[str],
+                 skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too)."""
     source = reader.source
     is_archive = isinstance(source, ArchiveSource)
     for name, record in reader.components.items():
         for rel, entry in record.files.items():
             full = f"{record.path}/{rel}"
+            if full in skipped:
+                continue  # already reported missing or of the wrong size
             where = field_of("components", name, "files", rel)
             try:
                 view = source.map_file(full, entry.size)

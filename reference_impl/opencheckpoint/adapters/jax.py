@@ -434,9 +434,23 @@ class NnxAdapter(Adapter):
     def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
         matcher = TreeMatcher(reader.map_location)
         matcher.match(value, reader.tree("numpy"))
-        _settle(matcher, strict, reader.name)
+        try:
+            _settle(matcher, strict, reader.name)
+        except IncompatibleComponent as exc:
+            raise IncompatibleComponent(exc.message + _torch_hint(reader)) from None
         matcher.apply()
         return None
+
+
+def _torch_hint(reader: ComponentReader) -> str:
+    """Point a torch-saved module's state at the interchange helpers (layouts and names differ from NNX)."""
+    hints = reader.record.hints or {}
+    if not str(hints.get("class", "")).startswith("torch."):
+        return ""
+    return (f" (component {reader.name!r} was saved from a torch {hints['class']}: torch and NNX name and lay out "
+            "parameters differently; read it with read_component, convert with "
+            "opencheckpoint.interchange.torch_state_to_nnx(state, mapping) and apply nnx.replace_by_pure_dict; "
+            "see the PyTorch and JAX interchange page of the docs)")
 
 
 class NnxStateAdapter(Adapter):

@@ -42,7 +42,8 @@ def add_commands(commands: Any) -> None:
                          "against --writer. CMD is a command line (split like a shell does).")
     run.add_argument("--reader", metavar="CMD", help="reader protocol command (e.g. 'opencheckpoint conformance impl')")
     run.add_argument("--writer", metavar="CMD", help="writer protocol command")
-    run.add_argument("--cases", metavar="DIR", help="cases directory (default: conformance/cases/v1 of the checkout)")
+    run.add_argument("--cases", metavar="DIR", help="cases directory (default: $OPENCHECKPOINT_CONFORMANCE_CASES, "
+                     "else conformance/cases/v1 of the checkout or working directory)")
     run.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     run.add_argument("--json", metavar="FILE", help="write a JSON report")
     run.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per-command timeout (60)")

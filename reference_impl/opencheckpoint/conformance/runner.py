@@ -43,13 +43,28 @@ Status = Literal["pass", "fail", "skip", "known-failure"]
 _LOCAL_CAPABILITIES = ("symlinks",)
 
 
+#: Environment variable naming the cases directory when ``--cases`` is not given.
+CASES_ENV = "OPENCHECKPOINT_CONFORMANCE_CASES"
+#: Where the cases come from when neither ``--cases``, the variable nor a checkout provides them.
+CASES_HINT = ("the cases are conformance/cases/v1 of the source tree (git clone "
+              "https://github.com/opencheckpoint/opencheckpoint, or the sdist of this version); pass that "
+              f"directory with --cases DIR or set {CASES_ENV}")
+
+
 def default_cases_dir() -> Path:
-    """``conformance/cases/v1`` of the checkout this package is installed from (or of the working directory)."""
+    """``$OPENCHECKPOINT_CONFORMANCE_CASES``, else ``conformance/cases/v1`` of the checkout this package is
+    installed from (an editable install) or of the working directory.
+
+    Raises :class:`FileNotFoundError` naming where to get the cases when there is none (a wheel
+    installed from PyPI ships the package only).
+    """
+    if os.environ.get(CASES_ENV):
+        return Path(os.environ[CASES_ENV])
     for base in (Path(__file__).resolve().parents[3], Path.cwd()):
         candidate = base / "conformance" / "cases" / "v1"
         if candidate.is_dir():
             return candidate
-    return Path("conformance/cases/v1")
+    raise FileNotFoundError(f"no conformance cases found: {CASES_HINT}")
 
 
 @dataclass(frozen=True)
@@ -373,7 +388,13 @@ def run(
 ) -> Report:
     """Run the suite; return the :class:`Report` (nothing is printed)."""
     directory = Path(cases_dir) if cases_dir else default_cases_dir()
+    if not directory.is_dir():
+        raise FileNotFoundError(f"cases directory {directory} does not exist: {CASES_HINT}")
     cases = load_cases(directory, patterns)
+    if not cases:
+        # Nothing to run must never read as a pass (a wrong --cases directory or --case pattern).
+        raise FileNotFoundError(f"no conformance case in {directory} (patterns: {list(patterns) or 'all'}); "
+                                f"{CASES_HINT}")
     report = Report(_describe(reader), _describe(writer), str(directory))
     known = known_failures or {}
     workers = jobs or min(8, os.cpu_count() or 1)
@@ -467,6 +488,10 @@ def main_from_args(args: argparse.Namespace) -> int:
                      timeout=args.timeout, jobs=args.jobs, known_failures=known)
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not report.outcomes:
+        # Nothing ran: a wrong --cases directory or --case pattern must never read as a pass.
+        print(f"error: no conformance case ran from {report.cases_dir}; {CASES_HINT}", file=sys.stderr)
         return 2
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,139 @@
+"""Export a checkpoint's arrays as one flat safetensors or ``torch.save`` file.
+
+Arrays are named by their tree path: ``component.key.subkey.0`` (list and tuple
+items by index); with ``component=`` only that component is exported and the
+names are the bare tree paths (``layer.weight``), ready for ``load_state_dict``.
+Non-array leaves (numbers, strings, bools, None) go into safetensors metadata as
+JSON text (or into the torch dict as values); what fits in neither (bytes,
+PRNG keys, complex numbers, ``files`` components) is listed in
+:attr:`ExportResult.skipped`, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from ..reader import CheckpointReader
+from ..tree.nodes import NamedTupleValue
+from ._common import ConversionError, require
+
+ExportFormat = Literal["safetensors", "torch"]
+EXPORT_FORMATS: Final = ("safetensors", "torch")
+#: safetensors metadata key holding the source checkpoint's manifest metadata (JSON text).
+MANIFEST_METADATA_KEY: Final = "opencheckpoint.metadata"
+_SCALARS = (bool, int, float, str, type(None))
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export` wrote: the file, the arrays, the values kept as metadata, and what it left out."""
+
+    path: Path
+    tensors: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    join = (lambda key: f"{prefix}.{key}") if prefix else str
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, join(key))
+    elif isinstance(value, (list, tuple)) and not isinstance(value, NamedTupleValue):
+        for index, item in enumerate(value):
+            yield from _leaves(item, join(index))
+    elif isinstance(value, NamedTupleValue):
+        for key, item in value._asdict().items():
+            yield from _leaves(item, join(key))
+    else:
+        yield prefix, value
+
+
+def export(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    to: ExportFormat = "safetensors",
+    component: str | None = None,
+) -> ExportResult:
+    """Write the arrays of checkpoint ``src`` (every component, or ``component``) to ``dst``.
+
+    The output loads with ``safetensors`` / ``torch.load(weights_only=True)``.
+    Names that collide (``a.b`` from ``{"a.b": x}`` and ``{"a": {"b": y}}``) raise
+    :class:`ConversionError` rather than one overwriting the other.
+    """
+    if to not in EXPORT_FORMATS:
+        raise ConversionError(f"unknown export format {to!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
+    target = Path(dst)
+    result = ExportResult(path=target)
+    tensors: dict[str, np.ndarray] = {}
+    values: dict[str, Any] = {}
+    with CheckpointReader(src) as reader:
+        names = list(reader.components)
+        if component is not None:
+            reader.record(component)  # raises, naming the components there are
+            names = [component]
+        for name in names:
+            record = reader.record(name)
+            prefix = "" if component is not None else name
+            if record.kind == "json":
+                values[prefix or name] = reader.json(name)
+                continue
+            if record.kind != "tree":
+                result.skipped[prefix or name] = f"a {record.kind!r} component (files, not arrays)"
+                continue
+            for path, leaf in _leaves(reader.read(name), prefix):
+                if path in tensors or path in values:
+                    raise ConversionError(f"two values export under the name {path!r}", file=str(src),
+                                          field=f"components.{name}")
+                if isinstance(leaf, np.ndarray):
+                    if to == "safetensors" and leaf.dtype == np.complex128:
+                        result.skipped[path] = "complex128 has no safetensors dtype"
+                    else:
+                        tensors[path] = np.require(leaf, requirements="C")  # keeps 0-d arrays 0-d
+                elif isinstance(leaf, np.generic):
+                    tensors[path] = np.asarray(leaf)
+                elif isinstance(leaf, _SCALARS) and not (isinstance(leaf, float) and not np.isfinite(leaf)):
+                    values[path] = leaf
+                else:
+                    result.skipped[path] = f"a {type(leaf).__name__} has no {to} equivalent"
+        manifest_metadata = reader.manifest.get("metadata") or {}
+    result.tensors = list(tensors)
+    result.values = list(values)
+    if to == "safetensors":
+        _write_safetensors(target, tensors, values, manifest_metadata)
+    else:
+        _write_torch(target, tensors, values)
+    return result
+
+
+def _write_safetensors(target: Path, tensors: dict[str, np.ndarray], values: dict[str, Any],
+                       manifest_metadata: dict[str, Any]) -> None:
+    require("safetensors", "peers", "exporting to safetensors")
+    from safetensors.numpy import save_file
+
+    metadata = {key: json.dumps(value) for key, value in values.items()}
+    original = manifest_metadata.get("safetensors_metadata")
+    if isinstance(original, dict):
+        # A converted safetensors file gets its own __metadata__ back, unchanged.
+        metadata.update({str(k): str(v) for k, v in original.items()})
+    rest = {k: v for k, v in manifest_metadata.items() if k != "safetensors_metadata"}
+    if rest:
+        metadata[MANIFEST_METADATA_KEY] = json.dumps(rest)
+    save_file(tensors, str(target), metadata=metadata or None)
+
+
+def _write_torch(target: Path, tensors: dict[str, np.ndarray], values: dict[str, Any]) -> None:
+    torch = require("torch", "torch", "exporting to torch.save")
+    from ..adapters.torch import numpy_to_tensor
+
+    state: dict[str, Any] = {name: numpy_to_tensor(array, share=False) for name, array in tensors.items()}
+    state.update(values)
+    torch.save(state, target)

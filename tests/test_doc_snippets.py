@@ -1,0 +1,91 @@
+"""Every code block of the README and the docs runs as written, page by page, in order.
+
+Each Python block runs in a fresh interpreter (so it cannot lean on names
+defined by an earlier block: it is standalone code), in a working directory
+shared by the blocks of its page (a later block may read a file an earlier one
+wrote, as a reader following the page would). Shell blocks made of
+``opencheckpoint`` commands run in the same directory. The only blocks not run
+are command synopses with UPPERCASE placeholders (``PATH``, ``DIR``), ``make``
+targets (the build itself) and commands of a hypothetical other implementation
+(``mytool``), listed by :func:`not_runnable`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+_PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]{2,}\b")
+
+
+def blocks(page: Path) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of a page, in order."""
+    return [(m.group(1), m.group(2)) for m in _FENCE.finditer(page.read_text(encoding="utf-8"))]
+
+
+def commands(code: str) -> list[str]:
+    """The command lines of a shell block, without comments."""
+    joined = code.replace("\\\n", " ")  # continuation lines
+    lines = [line.split(" #")[0].strip().removeprefix("$ ") for line in joined.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def not_runnable(language: str, code: str) -> str | None:
+    """Why a block is not run, or None when it is run."""
+    if language in ("python", "py"):
+        return None
+    if language not in ("sh", "bash", "console", "shell"):
+        return f"{language or 'plain'} text, not code"
+    lines = commands(code)
+    if any(line.startswith("make ") or line == "make" for line in lines):
+        return "make targets: the build itself"
+    if any("mytool" in line for line in lines):
+        return "another implementation's command (mytool)"
+    if any(_PLACEHOLDER.search(line) for line in lines):
+        return "a synopsis with placeholders"
+    if not all(line.startswith("opencheckpoint ") for line in lines):
+        return "not an opencheckpoint command"
+    return None
+
+
+def runnable_pages() -> list[Path]:
+    return [page for page in PAGES if any(not_runnable(lang, code) is None for lang, code in blocks(page))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}
+    ran = 0
+    for index, (language, code) in enumerate(blocks(page)):
+        if not_runnable(language, code) is not None:
+            continue
+        if language in ("python", "py"):
+            done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, check=False, timeout=300)
+            assert done.returncode == 0, f"{page.name} block {index}:\n{code}\n{done.stderr[-3000:]}"
+        else:
+            for line in commands(code):
+                done = subprocess.run(shlex.split(line), cwd=tmp_path, env=env, capture_output=True, text=True,
+                                      check=False, timeout=300)
+                assert done.returncode == 0, f"{page.name} block {index}: {line}\n{done.stdout}{done.stderr}"
+        ran += 1
+    assert ran
+
+
+def test_only_synopses_and_make_targets_are_skipped() -> None:
+    reasons = {not_runnable(lang, code) for page in PAGES for lang, code in blocks(page)} - {None}
+    assert reasons <= {"make targets: the build itself", "a synopsis with placeholders", "plain text, not code",
+                       "another implementation's command (mytool)",
+                       "text text, not code", "json text, not code", "toml text, not code", "yaml text, not code",
+                       "xml text, not code"}, reasons
