@@ -78,10 +78,6 @@ export function parseJsonText(text: string, opts: ParseOptions): JsonValue {
         return out;
       }
       if (c < 0x20) fail("control character in string");
-      if (c >= 0xd800 && c <= 0xdfff) {
-        // Raw surrogates cannot come from valid UTF-8; kept as a guard for text input.
-        fail("surrogate in string", "R-MAN-5");
-      }
       if (c !== 0x5c) {
         i++;
         continue;
@@ -270,7 +266,6 @@ function quote(s: string): string {
 export function stringifyJson(v: JsonValue, indent = 2): string {
   const out: string[] = [];
   const nl = (level: number): string => (indent ? "\n" + " ".repeat(indent * level) : "");
-  const sep = indent ? ", " : ",";
   const walk = (x: JsonValue, level: number): void => {
     switch (x.t) {
       case "null": out.push("null"); return;
@@ -282,7 +277,7 @@ export function stringifyJson(v: JsonValue, indent = 2): string {
         if (!x.v.length) { out.push("[]"); return; }
         out.push("[");
         x.v.forEach((e, n) => {
-          out.push((n ? (indent ? "," : sep) : "") + nl(level + 1));
+          out.push((n ? (indent ? "," : ", ") : "") + nl(level + 1));
           walk(e, level + 1);
         });
         out.push(nl(level) + "]");
@@ -291,7 +286,7 @@ export function stringifyJson(v: JsonValue, indent = 2): string {
         if (!x.v.length) { out.push("{}"); return; }
         out.push("{");
         x.v.forEach(([k, e], n) => {
-          out.push((n ? (indent ? "," : sep) : "") + nl(level + 1) + quote(k) + ": ");
+          out.push((n ? (indent ? "," : ", ") : "") + nl(level + 1) + quote(k) + ": ");
           walk(e, level + 1);
         });
         out.push(nl(level) + "}");
