@@ -27,8 +27,8 @@ export interface Container {
   size(path: string): number;
   /** `length` bytes of a file from `offset` (bounds already checked by the caller). */
   read(path: string, offset: number, length: number): Promise<Uint8Array>;
-  /** §15 step 16, container part: R-ZIP-22 for every member (nothing for directories). */
-  verifyContainer(): Promise<void>;
+  /** §15 step 16, container part: R-ZIP-22 for every member; returns how many (0 for directories). */
+  verifyContainer(): Promise<number>;
 }
 
 /** Chunk size for streaming checksums: large enough to be fast, small enough to stay hot in cache. */

@@ -72,7 +72,7 @@ export class DirectoryContainer implements Container {
     return this.backend.read(path, offset, length);
   }
 
-  async verifyContainer(): Promise<void> {
-    // A directory has no container-level checksums.
+  async verifyContainer(): Promise<number> {
+    return 0; // a directory has no container-level checksums
   }
 }

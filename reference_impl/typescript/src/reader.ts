@@ -94,6 +94,13 @@ function checkDigest(path: string, e: FileEntry, got: { crc: string; sha?: strin
 
 /** §15 steps 12–16 for every component: validate everything and decode what this implementation implements. */
 export async function decodeCheckpoint(o: Opened): Promise<DecodedComponent[]> {
+  const comps = await decodeComponents(o);
+  await verifyContent(o, comps);
+  return comps;
+}
+
+/** §15 steps 12–15: kind versions, payload checksums, parsing and array layout of every component. */
+export async function decodeComponents(o: Opened): Promise<DecodedComponent[]> {
   const { container: c, manifest } = o;
   const comps = manifest.components;
   // Step 12: kind versions (R-CMP-19). Unknown kinds are rendered opaque (R-RDR-8), never decoded.
@@ -143,19 +150,42 @@ export async function decodeCheckpoint(o: Opened): Promise<DecodedComponent[]> {
     if (ct?.type === "tree") layouts.push({ treeFile: ct.treeFile, dataFile: ct.dataFile, arrays: ct.tree.arrays });
   }
   for (const group of LAYOUT_GROUPS) for (const t of layouts) group(t, c.size(t.dataFile));
-  // Step 16: array content per tree, then every file's checksums, then the archive's CRC-32s.
-  for (const t of layouts) await checkArrayContent(c, t);
-  for (const r of comps) {
-    for (const [key, e] of r.files) {
-      const path = fullPath(r, key);
-      const isPayload = key === payload(r);
-      if (isPayload && e.sha256 === undefined) continue;
-      checkDigest(path, e, await digestFile(c, path, e.sha256 !== undefined), !isPayload, true);
-    }
-  }
-  await c.verifyContainer();
   return comps.map((record) => ({
     record,
     content: contents.get(record.name) ?? { type: record.kind === "files" ? "files" : "opaque" },
   }));
+}
+
+/** What step 16 verified, for display. */
+export interface ContentReport {
+  arrays: number;
+  files: number;
+  bytes: number;
+  zipMembers: number;
+}
+
+/** §15 step 16: array checksums and bool bytes, zero padding, every file's checksums, the archive's CRC-32s. */
+export async function verifyContent(o: Opened, decoded: DecodedComponent[]): Promise<ContentReport> {
+  const { container: c, manifest } = o;
+  const comps = manifest.components;
+  const payload = (r: ComponentRecord): string | null => (r.kind === "tree" ? "tree.msgpack" : r.kind === "json" ? "value.json" : null);
+  const report: ContentReport = { arrays: 0, files: 0, bytes: 0, zipMembers: 0 };
+  for (const d of decoded) {
+    if (d.content.type !== "tree") continue;
+    const t = { treeFile: d.content.treeFile, dataFile: d.content.dataFile, arrays: d.content.tree.arrays };
+    await checkArrayContent(c, t);
+    report.arrays += t.arrays.length;
+  }
+  for (const r of comps) {
+    for (const [key, e] of r.files) {
+      const path = fullPath(r, key);
+      const isPayload = key === payload(r);
+      report.files++; // payload files were verified in step 13; count them too
+      report.bytes += e.size;
+      if (isPayload && e.sha256 === undefined) continue;
+      checkDigest(path, e, await digestFile(c, path, e.sha256 !== undefined), !isPayload, true);
+    }
+  }
+  report.zipMembers = await c.verifyContainer();
+  return report;
 }

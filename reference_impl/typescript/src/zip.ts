@@ -316,7 +316,7 @@ export class ArchiveContainer implements Container {
     return this.src.read(e.dataStart! + offset, length);
   }
 
-  async verifyContainer(): Promise<void> {
+  async verifyContainer(): Promise<number> {
     for (const e of this.entries) {
       const crc = newCrc32();
       for (let pos = 0; pos < e.usize; pos += CHUNK) {
@@ -326,5 +326,6 @@ export class ArchiveContainer implements Container {
         throw new IntegrityError(e.nameText, `central directory entry ${e.index}: CRC-32`, `stored ${crcHex(e.crc)}, computed ${crcHex(crc.digest())}`, "R-ZIP-22");
       }
     }
+    return this.entries.length;
   }
 }
