@@ -78,8 +78,12 @@ test("a checkpoint from the Python reference: components, shapes, summary with h
     els.map((e) => [e.dataset.path, e.querySelector("[data-testid=array-dtype]").textContent, e.querySelector("[data-testid=array-shape]").textContent]));
   assert.deepEqual(arrays.sort(), [["emb", "bfloat16", "[8, 8]"], ["h", "float16", "[4]"], ["w", "float32", "[2, 3]"]]);
   // Summaries: bfloat16 decoded by hand (linspace(-1, 1) has min -1, max 1), float16 with NaN and Inf.
-  for (const name of ["emb", "h"]) await page.click(`[data-testid=array][data-path=${name}] [data-testid=summarize]`);
-  await page.waitForFunction(() => document.querySelectorAll("[data-testid=histogram]").length === 2, { timeout: TIMEOUT });
+  // One at a time, clicked in the page (a panel that grows must not move the next button under the mouse).
+  for (const name of ["emb", "h"]) {
+    const sel = `[data-testid=array][data-path=${name}]`;
+    await page.$eval(`${sel} [data-testid=summarize]`, (b) => b.click());
+    await page.waitForSelector(`${sel} [data-testid=histogram]`, { timeout: TIMEOUT });
+  }
   const stat = (name, key) => page.$eval(`[data-testid=array][data-path=${name}] [data-testid=stat-${key}]`, (e) => e.textContent);
   assert.equal(Number(await stat("emb", "min")), -1);
   assert.equal(Number(await stat("emb", "max")), 1);
