@@ -3,15 +3,14 @@
  * The conformance protocol of spec §17.2: `read CHECKPOINT`, `write EXPECTED_JSON OUT_PATH`,
  * `capabilities`. Failures print `error: <ErrorClass>: <message>` and exit 1 (R-RDR-12, R-WTR-7).
  */
-import { readFileSync } from "node:fs";
 import { CheckpointError } from "./errors.js";
 import { J, stringifyJson } from "./json.js";
 import { decodeCheckpoint } from "./reader.js";
 import { render } from "./render.js";
 import { openPath } from "./node/fs.js";
 import { writeFromRendering } from "./node/write.js";
+import { IMPLEMENTATION, VERSION } from "./version.js";
 
-const VERSION = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
 
 function oneLine(s: string): string {
   return s.replace(/[\r\n]+/g, " ").trim() || "(no message)";
@@ -21,7 +20,7 @@ async function main(argv: string[]): Promise<number> {
   const [cmd, ...args] = argv;
   if (cmd === "capabilities" && args.length === 0) {
     const caps = J.obj([
-      ["implementation", J.str("opencheckpoint-ts")],
+      ["implementation", J.str(IMPLEMENTATION)],
       ["version", J.str(VERSION)],
       ["modes", J.arr([J.str("read"), J.str("write")])],
       ["skip", J.obj([])],

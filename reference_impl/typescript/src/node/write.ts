@@ -13,9 +13,9 @@ import { type CheckpointSpec, planCheckpoint, specFromRendering } from "../plan.
 import { decodeCheckpoint, openCheckpoint } from "../reader.js";
 import { ArchiveContainer } from "../zip.js";
 import { zipArchive } from "../zipwrite.js";
+import { IMPLEMENTATION, VERSION } from "../version.js";
 import { NodeDirectory, NodeFile, openPath } from "./fs.js";
 
-const VERSION = "0.1.0";
 
 const randomName = (): string => randomBytes(12).toString("base64").replace(/[^A-Za-z0-9]/g, "").slice(0, 12).padEnd(8, "x");
 
@@ -98,6 +98,6 @@ export async function writeFromRendering(expectedJson: string, outPath: string):
   const text = readFileSync(expectedJson, "utf8");
   const doc = parseJsonText(text, { file: expectedJson, limits: false });
   const spec = specFromRendering(doc);
-  spec.producer = J.obj([["name", J.str("opencheckpoint-ts")], ["version", J.str(VERSION)]]);
+  spec.producer = J.obj([["name", J.str(IMPLEMENTATION)], ["version", J.str(VERSION)]]);
   await writeCheckpoint(spec, outPath);
 }
