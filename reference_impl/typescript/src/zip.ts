@@ -79,6 +79,14 @@ export class ArchiveContainer implements Container {
     throw new ArchiveError(this.root, field, detail, rule);
   }
 
+  /** Exactly `length` bytes at `offset`, or an ArchiveError naming the structure that points outside the file. */
+  private async bytes(offset: number, length: number, field: string, rule: string): Promise<Uint8Array> {
+    if (offset < 0 || length < 0 || offset + length > this.src.size) this.fail(field, `points outside the archive (${offset}+${length})`, rule);
+    const b = await this.src.read(offset, length);
+    if (b.length !== length) this.fail(field, "archive ended while reading", rule);
+    return b;
+  }
+
   async open(): Promise<number> {
     const size = this.src.size;
     const head = await this.src.read(0, Math.min(4, size));
@@ -88,7 +96,7 @@ export class ArchiveContainer implements Container {
     // R-ZIP-2: the end of central directory record is exactly the last 22 bytes.
     if (size < 22 + 30) this.fail("end of central directory record", "archive too short", "R-ZIP-2");
     const eocdAt = size - 22;
-    const eocd = view(await this.src.read(eocdAt, 22));
+    const eocd = view(await this.bytes(eocdAt, 22, "end of central directory record", "R-ZIP-2"));
     if (eocd.getUint32(0, true) !== SIG_EOCD) this.fail("end of central directory record", "not in the last 22 bytes of the file", "R-ZIP-2");
     if (eocd.getUint16(20, true) !== 0) this.fail("end of central directory record: comment length", "ZIP comment is not empty", "R-ZIP-2");
     let diskNo = eocd.getUint16(4, true);
@@ -102,12 +110,12 @@ export class ArchiveContainer implements Container {
     let endStart = eocdAt;
     let z64: { at: number; end: number } | null = null;
     if (eocdAt >= 20 + 56) {
-      const loc = view(await this.src.read(eocdAt - 20, 20));
+      const loc = view(await this.bytes(eocdAt - 20, 20, "ZIP64 end of central directory locator", "R-ZIP-15"));
       if (loc.getUint32(0, true) === SIG_Z64_LOCATOR) {
         if (loc.getUint32(4, true) !== 0) this.fail("ZIP64 end of central directory locator: disk number", "not 0", "R-ZIP-3");
         const at = u64(loc, 8);
         if (at + 56 > eocdAt - 20) this.fail("ZIP64 end of central directory locator: offset", "ZIP64 record out of range", "R-ZIP-15");
-        const rec = view(await this.src.read(at, 56));
+        const rec = view(await this.bytes(at, 56, "ZIP64 end of central directory record", "R-ZIP-15"));
         if (rec.getUint32(0, true) !== SIG_Z64_EOCD) this.fail("ZIP64 end of central directory record", "bad signature", "R-ZIP-15");
         if (rec.getUint32(16, true) !== 0 || rec.getUint32(20, true) !== 0) {
           this.fail("ZIP64 end of central directory record: disk number", "not 0", "R-ZIP-3");
@@ -134,7 +142,7 @@ export class ArchiveContainer implements Container {
     if (cdOffset + cdSize !== endStart) this.fail("central directory", "end records do not follow the central directory immediately", "R-ZIP-24");
     if (z64 && z64.end !== eocdAt - 20) this.fail("ZIP64 end of central directory locator", "does not follow the ZIP64 record immediately", "R-ZIP-24");
     this.cdOffset = cdOffset;
-    this.entries = this.parseCentral(await this.src.read(cdOffset, cdSize));
+    this.entries = this.parseCentral(await this.bytes(cdOffset, cdSize, "central directory", "R-ZIP-24"));
     if (this.entries.length !== total || this.entries.length !== onDisk) {
       this.fail("end of central directory record: entry count", `declares ${total}/${onDisk} entries, central directory has ${this.entries.length}`, "R-ZIP-4");
     }
@@ -227,7 +235,7 @@ export class ArchiveContainer implements Container {
   /** Where a member's data ends, reading its local header if not checked yet. */
   private async dataEnd(e: CentralEntry): Promise<number> {
     if (e.dataStart === undefined) {
-      const h = view(await this.src.read(e.localOffset, 30));
+      const h = view(await this.bytes(e.localOffset, 30, `local file header ${e.index}`, "R-ZIP-19"));
       e.dataStart = e.localOffset + 30 + h.getUint16(26, true) + h.getUint16(28, true);
     }
     return e.dataStart + e.usize;
@@ -238,13 +246,13 @@ export class ArchiveContainer implements Container {
     const where = `local file header ${e.index} (${e.nameText})`;
     if (e.localOffset !== expectedOffset) this.fail(`${where}: offset`, `at ${e.localOffset}, expected ${expectedOffset}`, "R-ZIP-19");
     if (e.localOffset + 30 > this.cdOffset) this.fail(where, "runs into the central directory", "R-ZIP-19");
-    const fixed = await this.src.read(e.localOffset, 30);
+    const fixed = await this.bytes(e.localOffset, 30, where, "R-ZIP-19");
     const dv = view(fixed);
     if (dv.getUint32(0, true) !== SIG_LOCAL) this.fail(`${where}: signature`, "no local file header signature", "R-ZIP-19");
     const n = dv.getUint16(26, true);
     const m = dv.getUint16(28, true);
     if (e.localOffset + 30 + n + m > this.cdOffset) this.fail(where, "runs into the central directory", "R-ZIP-19");
-    const var_ = await this.src.read(e.localOffset + 30, n + m);
+    const var_ = await this.bytes(e.localOffset + 30, n + m, where, "R-ZIP-19");
     const method = dv.getUint16(8, true);
     if (method !== 0) this.fail(`${where}: compression method`, `method ${method}, not 0 (STORED)`, "R-ZIP-5");
     this.checkFlags(dv.getUint16(6, true), where);
