@@ -75,6 +75,7 @@ function arrayPanel(a: ArrayNode, container: Container, dataFile: string, verifi
           h("tr", {}, h("th", {}, "elements"), h("td", {}, String(s.count)), h("th", {}, "min"), h("td", { "data-testid": "stat-min" }, fmt(s.min)), h("th", {}, "max"), h("td", { "data-testid": "stat-max" }, fmt(s.max))),
           h("tr", {}, h("th", {}, "mean"), h("td", { "data-testid": "stat-mean" }, fmt(s.mean)), h("th", {}, "NaN"), h("td", { "data-testid": "stat-nan" }, String(s.nan)), h("th", {}, "+Inf / -Inf"), h("td", {}, `${s.posInf} / ${s.negInf}`))),
         histogram(s),
+        h("div", { class: "axis" }, h("span", {}, fmt(s.min)), h("span", {}, `${s.histogram.length} bins`), h("span", {}, fmt(s.max))),
         ok ? "" : h("p", { class: "warn" }, "These bytes did not pass verification."),
       );
       if (a.dtype.startsWith("complex")) out.append(h("p", { class: "note" }, "Complex arrays: real and imaginary parts are counted as separate values."));
