@@ -53,14 +53,14 @@ chromium:
 
 # Unit tests, the whole conformance suite as reader and writer, the viewer in headless Chromium.
 ts-test: $(STAMP) ts-build chromium
-	cd $(TS) && node --test test/
+	cd $(TS) && node --test test/*.test.mjs
 	$(MAKE) --no-print-directory ts-conformance ts-browser-test
 
 ts-conformance: $(STAMP) ts-build
 	$(VENV)/bin/opencheckpoint conformance run --reader $(TS)/bin/conformance --writer $(TS)/bin/conformance --quiet
 
 ts-browser-test: $(STAMP) ts-build chromium
-	cd $(TS) && OC_PYTHON=$(abspath $(PY)) node --test test-browser/
+	cd $(TS) && OC_PYTHON=$(abspath $(PY)) node --test test-browser/*.test.mjs
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

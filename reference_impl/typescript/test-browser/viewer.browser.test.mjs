@@ -1,6 +1,6 @@
 // The viewer in a real browser: headless Chromium (Debian's `chromium`) driven by puppeteer-core.
 // It opens checkpoints written by the Python reference implementation and checks what the page shows.
-// Run: node --test test-browser/  (needs `make ts-build`, chromium and the repository's .venv)
+// Run: node --test test-browser/*.test.mjs (needs `make ts-build`, chromium and the repository's .venv)
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";

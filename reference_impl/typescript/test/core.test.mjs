@@ -1,4 +1,4 @@
-// Unit tests of the format core: checksums, strict JSON, tree decoding, values. Run: node --test test/
+// Unit tests of the format core: checksums, strict JSON, tree decoding, values. Run: node --test test/*.test.mjs
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {

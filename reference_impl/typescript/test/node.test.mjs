@@ -1,4 +1,4 @@
-// Node hosts: reading checkpoints on disk, publishing new ones. Run: node --test test/
+// Node hosts: reading checkpoints on disk, publishing new ones. Run: node --test test/*.test.mjs
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
