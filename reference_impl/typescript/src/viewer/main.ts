@@ -186,6 +186,8 @@ async function show(container: Container, name: string): Promise<void> {
   let resolveVerified: (ok: boolean) => void = () => undefined;
   const verified = new Promise<boolean>((r) => (resolveVerified = r));
   for (const d of decoded) out.append(componentSection(d, opened, verified));
+  const total = m.components.reduce((n, c) => n + c.files.reduce((k, [, e]) => k + e.size, 0), 0);
+  status.textContent = `verifying every checksum (${fmtBytes(total)}, read in 1 MiB pieces)…`;
   try {
     const rep = await verifyContent(opened, decoded);
     phase(`content: ${rep.arrays} array checksums, zero padding, ${rep.files} file checksums (${fmtBytes(rep.bytes)})${rep.zipMembers ? `, ${rep.zipMembers} ZIP CRC-32s` : ""} (step 16)`);
