@@ -30,8 +30,12 @@ async function main(argv: string[]): Promise<number> {
   }
   if (cmd === "read" && args.length === 1) {
     const opened = await openPath(args[0]!);
-    const comps = await decodeCheckpoint(opened);
-    const text = stringifyJson(await render(opened, comps), 2) + "\n";
+    let text: string;
+    try {
+      text = stringifyJson(await render(opened, await decodeCheckpoint(opened)), 2) + "\n";
+    } finally {
+      await opened.container.close();
+    }
     await new Promise<void>((resolve, reject) => process.stdout.write(text, (e) => (e ? reject(e) : resolve())));
     return 0;
   }

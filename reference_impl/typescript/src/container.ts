@@ -13,6 +13,8 @@ export type Form = "directory" | "archive";
 export interface RandomAccess {
   readonly size: number;
   read(offset: number, length: number): Promise<Uint8Array>;
+  /** Release what reading holds open (file handles); optional. */
+  close?(): Promise<void>;
 }
 
 export interface Container {
@@ -29,6 +31,8 @@ export interface Container {
   read(path: string, offset: number, length: number): Promise<Uint8Array>;
   /** §15 step 16, container part: R-ZIP-22 for every member; returns how many (0 for directories). */
   verifyContainer(): Promise<number>;
+  /** Release open file handles; reading again reopens them. */
+  close(): Promise<void>;
 }
 
 /** Chunk size for streaming checksums: large enough to be fast, small enough to stay hot in cache. */

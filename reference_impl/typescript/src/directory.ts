@@ -17,6 +17,7 @@ export interface DirectoryBackend {
   /** Every entry below the root, never descending into a symbolic link (R-CON-7). */
   walk(): Promise<DirEntry[]>;
   read(path: string, offset: number, length: number): Promise<Uint8Array>;
+  close?(): Promise<void>;
 }
 
 export class DirectoryContainer implements Container {
@@ -70,6 +71,10 @@ export class DirectoryContainer implements Container {
 
   read(path: string, offset: number, length: number): Promise<Uint8Array> {
     return this.backend.read(path, offset, length);
+  }
+
+  async close(): Promise<void> {
+    await this.backend.close?.();
   }
 
   async verifyContainer(): Promise<number> {

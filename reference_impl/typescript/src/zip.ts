@@ -324,6 +324,10 @@ export class ArchiveContainer implements Container {
     return this.src.read(e.dataStart! + offset, length);
   }
 
+  async close(): Promise<void> {
+    await this.src.close?.();
+  }
+
   async verifyContainer(): Promise<number> {
     for (const e of this.entries) {
       const crc = newCrc32();

@@ -10,7 +10,11 @@ import { openPath } from "../dist/node/fs.js";
 import { BlobSource, FileListDirectory, fromFolderInput } from "../dist/viewer/sources.js";
 
 const cases = fileURLToPath(new URL("../../../conformance/cases/v1", import.meta.url));
-const rendering = async (opened) => stringifyJson(await render(opened, await decodeCheckpoint(opened)));
+const rendering = async (opened) => {
+  const text = stringifyJson(await render(opened, await decodeCheckpoint(opened)));
+  await opened.container.close();
+  return text;
+};
 
 /** What an <input webkitdirectory> gives for the folder `root`: Files with webkitRelativePath. */
 function folderFiles(root, name) {

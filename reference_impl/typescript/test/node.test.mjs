@@ -18,6 +18,11 @@ const readAll = async (p) => {
   const o = await openPath(p);
   return { o, comps: await decodeCheckpoint(o) };
 };
+const idOf = async (p) => {
+  const o = await openPath(p);
+  await o.container.close();
+  return o.manifest.checkpointId;
+};
 
 const spec = (id) => ({
   checkpointId: id,
@@ -52,6 +57,7 @@ test("package version and the protocol's version agree", () => {
 
 test("the spec's worked example (Appendix A) reads as the appendix says", async () => {
   const { o, comps } = await readAll(join(repo, "spec/examples/worked-example"));
+  await o.container.close();
   assert.equal(o.manifest.checkpointId, "example-0001");
   const model = comps.find((c) => c.record.name === "model").content.tree;
   assert.deepEqual(model.root.items.map(([k, v]) => [k.str, v.type]), [["w", "array"], ["step", "int"], ["betas", "tuple"]]);
@@ -67,6 +73,7 @@ for (const name of ["dir-form", "archive.zip"]) {
     const { o, comps } = await readAll(target);
     assert.equal(o.container.form, name.endsWith(".zip") ? "archive" : "directory");
     const doc = JSON.parse(stringifyJson(await render(o, comps)));
+    await o.container.close();
     const root = doc.components.model.content.root;
     assert.deepEqual(root.items.map(([k]) => k.str), ["w", "10", "a"]); // stored order, "10" not moved first
     assert.equal(root.items[1][1].value, (2n ** 70n).toString());
@@ -82,7 +89,7 @@ test("replacing a checkpoint publishes the new one and leaves nothing behind", a
   const target = join(work, "replace");
   await writeCheckpoint(spec("first"), target);
   await writeCheckpoint(spec("second"), target);
-  assert.equal((await openPath(target)).manifest.checkpointId, "second");
+  assert.equal(await idOf(target), "second");
   assert.deepEqual(readdirSync(work).filter((n) => n.startsWith(".replace")), []);
 });
 
@@ -109,7 +116,7 @@ test("locate: staging names are never checkpoints; one .oc-old-* entry is read i
   const parent = join(work, "fallback");
   mkdirSync(parent);
   await writeCheckpoint(spec("old"), join(parent, ".ck.oc-old-abc"));
-  assert.equal((await openPath(join(parent, "ck"))).manifest.checkpointId, "old");
+  assert.equal(await idOf(join(parent, "ck")), "old");
   await writeCheckpoint(spec("old2"), join(parent, ".ck.oc-old-def"));
   await assert.rejects(openPath(join(parent, "ck")), (e) => e.errorClass === "NotACheckpoint" && e.rule === "R-PUB-14");
   await assert.rejects(openPath(join(work, "missing")), (e) => e.errorClass === "NotACheckpoint" && e.rule === "R-PUB-10");

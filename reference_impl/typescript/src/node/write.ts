@@ -7,6 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { promises as fsp, readFileSync } from "node:fs";
 import * as nodePath from "node:path";
+import type { Container } from "../container.js";
 import { DirectoryContainer } from "../directory.js";
 import { J, parseJsonText } from "../json.js";
 import { type CheckpointSpec, planCheckpoint, specFromRendering } from "../plan.js";
@@ -48,14 +49,14 @@ export async function writeCheckpoint(spec: CheckpointSpec, target: string): Pro
   const archive = name.endsWith(".zip");
   const { files } = planCheckpoint(spec);
   // A save replaces only nothing or a checkpoint (never a foreign file or directory).
-  if (await exists(trimmed)) await openPath(trimmed);
+  if (await exists(trimmed)) await (await openPath(trimmed)).container.close();
   await fsp.mkdir(parent, { recursive: true });
   const staging = nodePath.join(parent, `.${name}.oc-staging-${process.pid}-${randomName()}`);
   try {
     if (archive) {
       await writeFileSynced(staging, zipArchive(files));
       const st = await fsp.stat(staging);
-      await decodeCheckpoint(await openCheckpoint(new ArchiveContainer(target, new NodeFile(staging, st.size))));
+      await readBack(new ArchiveContainer(target, new NodeFile(staging, st.size)));
       await fsp.rename(staging, trimmed); // atomic replacement (R-PUB-9)
     } else {
       await fsp.mkdir(staging);
@@ -67,13 +68,22 @@ export async function writeCheckpoint(spec: CheckpointSpec, target: string): Pro
         await writeFileSynced(p, [bytes]);
       }
       for (const d of [...dirs].sort().reverse()) await fsyncPath(d); // R-PUB-3
-      await decodeCheckpoint(await openCheckpoint(new DirectoryContainer(target, new NodeDirectory(staging))));
+      await readBack(new DirectoryContainer(target, new NodeDirectory(staging)));
       await publishDirectory(staging, parent, name, trimmed);
     }
     await fsyncPath(parent); // R-PUB-7
   } catch (e) {
     await fsp.rm(staging, { recursive: true, force: true });
     throw e;
+  }
+}
+
+/** The full validation of §15 over the staged checkpoint (R-WTR-1). */
+async function readBack(c: Container): Promise<void> {
+  try {
+    await decodeCheckpoint(await openCheckpoint(c));
+  } finally {
+    await c.close();
   }
 }
 
