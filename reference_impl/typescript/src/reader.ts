@@ -70,6 +70,9 @@ export async function openCheckpoint(container: Container): Promise<Opened> {
 
 const entryOf = (c: ComponentRecord, key: string): FileEntry => c.files.find(([k]) => k === key)![1];
 
+/** The file a built-in kind decodes first (checked in step 13), if any. */
+const payload = (r: ComponentRecord): string | null => (r.kind === "tree" ? "tree.msgpack" : r.kind === "json" ? "value.json" : null);
+
 /** CRC-32C (and SHA-256 when asked) of a whole file, streamed. */
 async function digestFile(container: Container, path: string, withSha: boolean): Promise<{ crc: string; sha?: string }> {
   const crc = newCrc32c();
@@ -110,7 +113,6 @@ export async function decodeComponents(o: Opened): Promise<DecodedComponent[]> {
       throw new UnsupportedVersion("manifest.json", `/components/${r.name}/kind_version`, `${r.kind} kind_version ${r.kindVersion}; this reader implements up to ${max}`, "R-CMP-19");
     }
   }
-  const payload = (r: ComponentRecord): string | null => (r.kind === "tree" ? "tree.msgpack" : r.kind === "json" ? "value.json" : null);
   // Step 13: payload sizes (R-LIM-9 / R-LIM-2), then their CRC-32C (R-CHK-7).
   for (const r of comps) {
     const key = payload(r);
@@ -130,14 +132,13 @@ export async function decodeComponents(o: Opened): Promise<DecodedComponent[]> {
     payloads.set(r.name, bytes);
   }
   // Step 14: parse. Trees: declared limits of every tree first, then the node rules.
+  // In manifest order: each value.json completely, each tree's declared limits; then the trees' node rules.
   const contents = new Map<string, Content>();
   for (const r of comps) {
-    if (r.kind === "json") {
-      const path = fullPath(r, "value.json");
-      contents.set(r.name, { type: "json", value: parseJsonBytes(payloads.get(r.name)!, { file: path, limits: true }) });
-    }
+    const path = fullPath(r, payload(r) ?? "");
+    if (r.kind === "json") contents.set(r.name, { type: "json", value: parseJsonBytes(payloads.get(r.name)!, { file: path, limits: true }) });
+    if (r.kind === "tree") checkDeclaredLimits(payloads.get(r.name)!, path);
   }
-  for (const r of comps) if (r.kind === "tree") checkDeclaredLimits(payloads.get(r.name)!, fullPath(r, "tree.msgpack"));
   for (const r of comps) {
     if (r.kind !== "tree") continue;
     const treeFile = fullPath(r, "tree.msgpack");
@@ -168,7 +169,6 @@ export interface ContentReport {
 export async function verifyContent(o: Opened, decoded: DecodedComponent[]): Promise<ContentReport> {
   const { container: c, manifest } = o;
   const comps = manifest.components;
-  const payload = (r: ComponentRecord): string | null => (r.kind === "tree" ? "tree.msgpack" : r.kind === "json" ? "value.json" : null);
   const report: ContentReport = { arrays: 0, files: 0, bytes: 0, zipMembers: 0 };
   for (const d of decoded) {
     if (d.content.type !== "tree") continue;
