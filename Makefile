@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev
 
-.PHONY: demo test venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean
+.PHONY: demo test venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean \
+	ts-build ts-test ts-conformance ts-browser-test chromium
 
 # constraints.txt pins the exact versions CI needs (torch's CPU build on disk, the JAX stack the frozen
 # conformance cases were made with, the linters); pyproject.toml keeps ranges for users.
@@ -20,10 +21,48 @@ $(STAMP): pyproject.toml constraints.txt
 venv: $(STAMP)
 
 demo: $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory ts-build; \
+	else echo "note: node/npm not found; the TypeScript implementation and the viewer are not built"; fi
 	$(PY) -m opencheckpoint.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(MAKE) --no-print-directory ts-test
+
+# --- TypeScript implementation and browser viewer (reference_impl/typescript) ---
+# `npm ci` only when the lockfile changed, the build only when a source changed.
+TS := reference_impl/typescript
+TS_MODULES := $(TS)/node_modules/.package-lock.json
+TS_BUILT := $(TS)/dist/.built
+TS_SOURCES := $(shell find $(TS)/src $(TS)/scripts -type f 2>/dev/null) $(TS)/tsconfig.json $(TS)/package.json
+
+$(TS_MODULES): $(TS)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "need node >= 20 and npm on PATH"; exit 1; }
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(TS_BUILT): $(TS_MODULES) $(TS_SOURCES)
+	cd $(TS) && npm run --silent build
+	touch $@
+
+# Builds dist/ (Node library and bin/conformance) and docs/viewer-app/viewer.js (the viewer bundle).
+ts-build: $(TS_BUILT)
+
+# Debian's chromium for the headless browser test (installed when missing; needs root).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Unit tests, the whole conformance suite as reader and writer, the viewer in headless Chromium.
+ts-test: $(STAMP) ts-build chromium
+	cd $(TS) && node --test test/*.test.mjs
+	$(MAKE) --no-print-directory ts-conformance ts-browser-test
+
+ts-conformance: $(STAMP) ts-build
+	$(VENV)/bin/opencheckpoint conformance run --reader $(TS)/bin/conformance --writer $(TS)/bin/conformance --quiet
+
+ts-browser-test: $(STAMP) ts-build chromium
+	cd $(TS) && OC_PYTHON=$(abspath $(PY)) node --test test-browser/*.test.mjs
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -55,7 +94,8 @@ fuzz: $(STAMP)
 	$(PY) fuzz/fuzz_reader.py --seconds $(FUZZ_SECONDS) --jobs 2 --seed $(FUZZ_SEED)
 
 docs: $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory ts-build; fi
 	$(VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) site build *.egg-info reference_impl/*.egg-info
+	rm -rf $(VENV) site build *.egg-info reference_impl/*.egg-info $(TS)/node_modules $(TS)/dist docs/viewer-app/viewer.js

@@ -1,0 +1,79 @@
+/** Browser hosts for the two container forms: a Blob read by ranges, and a folder's File objects. */
+import type { RandomAccess } from "../container.js";
+import type { DirectoryBackend, DirEntry } from "../directory.js";
+
+/** A File/Blob read lazily with Blob.slice: only the requested range is ever loaded. */
+export class BlobSource implements RandomAccess {
+  readonly size: number;
+  constructor(private readonly blob: Blob) {
+    this.size = blob.size;
+  }
+  async read(offset: number, length: number): Promise<Uint8Array> {
+    return new Uint8Array(await this.blob.slice(offset, offset + length).arrayBuffer());
+  }
+}
+
+/**
+ * A directory checkpoint given as files with their relative paths (folder
+ * picker or drag-and-drop). Browsers resolve symbolic links before the page
+ * sees them, so R-CON-4 cannot be checked here; everything else is.
+ */
+export class FileListDirectory implements DirectoryBackend {
+  private files = new Map<string, File>();
+  constructor(entries: [string, File][]) {
+    for (const [p, f] of entries) this.files.set(p, f);
+  }
+
+  async stat(path: string): Promise<DirEntry | null> {
+    const f = this.files.get(path);
+    if (f) return { path, type: "file", size: f.size };
+    for (const p of this.files.keys()) if (p.startsWith(path + "/")) return { path, type: "dir", size: 0 };
+    return null;
+  }
+
+  async walk(): Promise<DirEntry[]> {
+    const dirs = new Set<string>();
+    const out: DirEntry[] = [];
+    for (const [p, f] of this.files) {
+      out.push({ path: p, type: "file", size: f.size });
+      const segs = p.split("/");
+      for (let n = 1; n < segs.length; n++) dirs.add(segs.slice(0, n).join("/"));
+    }
+    for (const d of dirs) out.push({ path: d, type: "dir", size: 0 });
+    return out;
+  }
+
+  async read(path: string, offset: number, length: number): Promise<Uint8Array> {
+    const f = this.files.get(path)!;
+    return new Uint8Array(await f.slice(offset, offset + length).arrayBuffer());
+  }
+}
+
+/** Files of an <input webkitdirectory>: strip the picked folder's own name from each relative path. */
+export function fromFolderInput(list: FileList): { root: string; entries: [string, File][] } {
+  const files = Array.from(list);
+  const rel = (f: File): string => (f as File & { webkitRelativePath: string }).webkitRelativePath || f.name;
+  const root = files.length ? rel(files[0]!).split("/")[0]! : "";
+  return { root, entries: files.map((f) => [rel(f).split("/").slice(1).join("/"), f]) };
+}
+
+/** A dropped folder (FileSystemDirectoryEntry), walked recursively. */
+export async function fromDroppedDirectory(dir: FileSystemDirectoryEntry): Promise<[string, File][]> {
+  const out: [string, File][] = [];
+  const readAll = (d: FileSystemDirectoryEntry): Promise<FileSystemEntry[]> =>
+    new Promise((resolve, reject) => {
+      const reader = d.createReader();
+      const acc: FileSystemEntry[] = [];
+      const next = (): void => reader.readEntries((batch) => (batch.length ? (acc.push(...batch), next()) : resolve(acc)), reject);
+      next();
+    });
+  const visit = async (d: FileSystemDirectoryEntry, prefix: string): Promise<void> => {
+    for (const e of await readAll(d)) {
+      const p = prefix ? `${prefix}/${e.name}` : e.name;
+      if (e.isDirectory) await visit(e as FileSystemDirectoryEntry, p);
+      else out.push([p, await new Promise<File>((res, rej) => (e as FileSystemFileEntry).file(res, rej))]);
+    }
+  };
+  await visit(dir, "");
+  return out;
+}

@@ -1,0 +1,108 @@
+// The viewer in a real browser: headless Chromium (Debian's `chromium`) driven by puppeteer-core.
+// It opens checkpoints written by the Python reference implementation and checks what the page shows.
+// Run: node --test test-browser/*.test.mjs (needs `make ts-build`, chromium and the repository's .venv)
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { extname, join, resolve } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import puppeteer from "puppeteer-core";
+
+const here = fileURLToPath(new URL(".", import.meta.url));
+const repo = resolve(here, "../../..");
+const app = join(repo, "docs/viewer-app");
+const python = process.env.OC_PYTHON ?? join(repo, ".venv/bin/python");
+const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const outDir = join(here, "out");
+const TIMEOUT = 30_000;
+
+let server;
+let browser;
+let url;
+let work;
+
+before(async () => {
+  assert.ok(existsSync(join(app, "viewer.js")), "viewer bundle missing: run `make ts-build`");
+  work = mkdtempSync(join(tmpdir(), "oc-viewer-"));
+  execFileSync(python, [join(here, "make_checkpoints.py"), work], { stdio: "inherit" });
+  const types = { ".html": "text/html", ".js": "text/javascript" };
+  server = createServer((req, res) => {
+    const name = new URL(req.url, "http://x").pathname.replace(/^\/+/, "") || "index.html";
+    const file = join(app, name);
+    if (!file.startsWith(app) || !existsSync(file)) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { "content-type": types[extname(file)] ?? "application/octet-stream" });
+    createReadStream(file).pipe(res);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${server.address().port}/index.html`;
+  browser = await puppeteer.launch({
+    executablePath: chromium,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await new Promise((r) => (server ? server.close(r) : r()));
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+async function openArchive(file) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1100, height: 1400 });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.goto(url, { waitUntil: "load" });
+  const input = await page.$("#pick-archive");
+  await input.uploadFile(file);
+  await page.waitForSelector("[data-testid=validation-status].good, [data-testid=validation-status].bad", { timeout: TIMEOUT });
+  return { page, errors };
+}
+
+test("a checkpoint from the Python reference: components, shapes, summary with histogram", async () => {
+  const { page, errors } = await openArchive(join(work, "good.zip"));
+  const status = await page.$eval("[data-testid=validation-status]", (e) => e.textContent);
+  assert.match(status, /^valid/);
+  const names = await page.$$eval("[data-testid=component-name]", (els) => els.map((e) => e.textContent));
+  assert.deepEqual(names.sort(), ["config", "weights"]);
+  const kinds = await page.$$eval("[data-testid=component-kind]", (els) => els.map((e) => e.textContent));
+  assert.deepEqual(kinds.sort(), ["json v1", "tree v1"]);
+  const arrays = await page.$$eval("[data-testid=array]", (els) =>
+    els.map((e) => [e.dataset.path, e.querySelector("[data-testid=array-dtype]").textContent, e.querySelector("[data-testid=array-shape]").textContent]));
+  assert.deepEqual(arrays.sort(), [["emb", "bfloat16", "[8, 8]"], ["h", "float16", "[4]"], ["w", "float32", "[2, 3]"]]);
+  // Summaries: bfloat16 decoded by hand (linspace(-1, 1) has min -1, max 1), float16 with NaN and Inf.
+  // One at a time, clicked in the page (a panel that grows must not move the next button under the mouse).
+  for (const name of ["emb", "h"]) {
+    const sel = `[data-testid=array][data-path=${name}]`;
+    await page.$eval(`${sel} [data-testid=summarize]`, (b) => b.click());
+    await page.waitForSelector(`${sel} [data-testid=histogram]`, { timeout: TIMEOUT });
+  }
+  const stat = (name, key) => page.$eval(`[data-testid=array][data-path=${name}] [data-testid=stat-${key}]`, (e) => e.textContent);
+  assert.equal(Number(await stat("emb", "min")), -1);
+  assert.equal(Number(await stat("emb", "max")), 1);
+  assert.equal(Number(await stat("h", "nan")), 1);
+  assert.equal(Number(await stat("h", "max")), 1.5);
+  assert.deepEqual(errors, []);
+  mkdirSync(outDir, { recursive: true });
+  await page.screenshot({ path: join(outDir, "viewer.png"), fullPage: true });
+  await page.close();
+});
+
+test("a corrupted checkpoint shows the validation error with its class and rule", async () => {
+  const { page, errors } = await openArchive(join(work, "corrupt.zip"));
+  assert.equal(await page.$eval("[data-testid=validation-status]", (e) => e.textContent), "invalid");
+  assert.equal(await page.$eval("[data-testid=error-class]", (e) => e.textContent), "IntegrityError");
+  assert.equal(await page.$eval("[data-testid=error-rule]", (e) => e.textContent), "R-ARR-14");
+  // The structure is still shown: the defect is in the array bytes, not in the manifest or the tree.
+  const names = await page.$$eval("[data-testid=component-name]", (els) => els.map((e) => e.textContent));
+  assert.deepEqual(names.sort(), ["config", "weights"]);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
