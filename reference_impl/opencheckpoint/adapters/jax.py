@@ -58,7 +58,7 @@ from ..dtypes import dtype_name
 from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
-from .base import Adapter, ComponentReader, ComponentWriter
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: PRNG implementations a key may be stored with (the spec's built-in names).
 KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -407,17 +407,21 @@ class PytreeAdapter(Adapter):
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
         writer.write_tree(storable(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         matcher = TreeMatcher(reader.map_location)
         restored = matcher.match(value, reader.tree("numpy"))
         _settle(matcher, strict, reader.name)
-        matcher.apply()
-        if isinstance(value, dict) and isinstance(restored, dict):
-            value.clear()
-            value.update(restored)
-        elif isinstance(value, list) and isinstance(restored, list):
-            value[:] = restored
-        return restored
+
+        def apply() -> Any:
+            matcher.apply()
+            if isinstance(value, dict) and isinstance(restored, dict):
+                value.clear()
+                value.update(restored)
+            elif isinstance(value, list) and isinstance(restored, list):
+                value[:] = restored
+            return restored
+
+        return PreparedRestore(apply)
 
 
 class NnxAdapter(Adapter):
@@ -431,12 +435,11 @@ class NnxAdapter(Adapter):
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
         writer.write_tree(nnx.to_pure_dict(nnx.state(value)))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         matcher = TreeMatcher(reader.map_location)
         matcher.match(value, reader.tree("numpy"))
         _settle(matcher, strict, reader.name)
-        matcher.apply()
-        return None
+        return PreparedRestore(matcher.apply)
 
 
 class NnxStateAdapter(Adapter):
@@ -448,13 +451,12 @@ class NnxStateAdapter(Adapter):
         writer.hints["framework"] = "jax"
         writer.write_tree(_nnx().to_pure_dict(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         nnx = _nnx()
         matcher = TreeMatcher(reader.map_location)
         pure = matcher.match(nnx.to_pure_dict(value), reader.tree("numpy"))
         _settle(matcher, strict, reader.name)
-        nnx.replace_by_pure_dict(value, pure)
-        return None
+        return PreparedRestore(partial(nnx.replace_by_pure_dict, value, pure))
 
 
 def _has_jax_leaf(value: Any) -> bool:

@@ -30,6 +30,7 @@ DtypeValue(name='float8_e4m3fn')
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,7 +41,7 @@ from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
-from .base import Adapter, ComponentReader, ComponentWriter
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -242,13 +243,37 @@ class TorchStateDictAdapter(Adapter):
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
         writer.write_tree(value.state_dict())
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         state = reader.tree("torch")
-        try:
-            value.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
-            raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
-        return None
+        checked = False
+        if isinstance(value, torch.optim.Optimizer):
+            _check_optimizer_state(value, state)
+            checked = True  # what Optimizer.load_state_dict rejects was checked just above
+
+        def apply() -> None:
+            try:
+                value.load_state_dict(state)
+            except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
+                raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
+
+        return PreparedRestore(apply, checked=checked)
+
+
+def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None:
+    """What ``Optimizer.load_state_dict`` checks, checked before anything is applied (same messages)."""
+    prefix = f"{type(optimizer).__name__}.load_state_dict failed (checked before restoring anything): "
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    if not isinstance(groups, list) or not isinstance(state.get("state"), dict):
+        raise IncompatibleComponent(prefix + "stored value is not an optimizer state dict ('state' and 'param_groups')")
+    own = optimizer.param_groups
+    if len(groups) != len(own):
+        raise IncompatibleComponent(prefix + "loaded state dict has a different number of parameter groups "
+                                    f"({len(groups)} stored, {len(own)} in the optimizer)")
+    for index, (stored, live) in enumerate(zip(groups, own, strict=True)):
+        params = stored.get("params") if isinstance(stored, dict) else None
+        if not isinstance(params, list) or len(params) != len(live["params"]):
+            raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the size of "
+                                        "the optimizer's group")
 
 
 class GeneratorAdapter(Adapter):
@@ -260,16 +285,21 @@ class GeneratorAdapter(Adapter):
         writer.hints.update(framework="torch", **{"class": "torch.Generator"})
         writer.write_tree({"device": str(value.device), "state": value.get_state()})
 
-    def load(self, value: torch.Generator, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: torch.Generator, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         stored = reader.tree("numpy")
         state = stored.get("state") if isinstance(stored, dict) else None
         if not isinstance(state, np.ndarray) or state.dtype != np.uint8 or state.ndim != 1:
             raise IncompatibleComponent("generator component needs a 1-d uint8 'state' array")
-        try:
-            value.set_state(torch.from_numpy(np.array(state)))
+        tensor = torch.from_numpy(np.array(state))
+        try:  # on a scratch generator of the same device: the live one is touched only in phase 2
+            torch.Generator(value.device).set_state(tensor)
         except RuntimeError as exc:
             raise IncompatibleComponent(f"torch.Generator.set_state failed: {exc}") from exc
-        return None
+
+        def apply() -> None:
+            value.set_state(tensor)
+
+        return PreparedRestore(apply)
 
 
 class ModuleAdapter(Adapter):
@@ -287,9 +317,15 @@ class ModuleAdapter(Adapter):
 
     def save(self, value: torch.nn.Module, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        writer.write_tree(value.state_dict())
+        state = value.state_dict()
+        versions = _version_metadata(state)
+        if versions is not None:
+            # torch's per-submodule versions (OrderedDict._metadata) are not tree data: they are kept
+            # in the component record and re-attached on load, never dropped.
+            writer.metadata = {VERSION_METADATA_KEY: versions}
+        writer.write_tree(dict(state))
 
-    def load(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
@@ -312,16 +348,52 @@ class ModuleAdapter(Adapter):
             raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
                                         + "; ".join(problems))
         bad = {name.split(" ", 1)[0] for name in mismatched}
-        matching = {k: v for k, v in stored.items() if k in own and k not in bad}
-        try:
-            with torch.no_grad():
-                value.load_state_dict(matching, strict=not problems)
-        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
-        if problems and strict == "warn":
-            warnings.warn(f"component {reader.name!r}: loaded {len(matching)} of {len(own)} entries; "
-                          + "; ".join(problems), stacklevel=4)
+        matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
+        version_metadata = _stored_version_metadata(reader)
+        if version_metadata is not None:
+            matching._metadata = version_metadata  # type: ignore[attr-defined]  # torch's own convention
+        name = reader.name
+
+        def apply() -> None:
+            try:
+                with torch.no_grad():
+                    value.load_state_dict(matching, strict=not problems)
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+            if problems and strict == "warn":
+                warnings.warn(f"component {name!r}: loaded {len(matching)} of {len(own)} entries; "
+                              + "; ".join(problems), stacklevel=5)
+
+        return PreparedRestore(apply)
+
+
+#: Component metadata key holding a module state dict's ``_metadata`` (per-submodule versions).
+VERSION_METADATA_KEY = "torch_module_versions"
+
+
+def _version_metadata(state: Any) -> dict[str, Any] | None:
+    """The ``_metadata`` of a module state dict (submodule prefix -> {"version": int}) as JSON, or None."""
+    from .base import is_json_value
+
+    metadata = getattr(state, "_metadata", None)
+    if metadata is None:
         return None
+    plain = {str(prefix): dict(entry) for prefix, entry in metadata.items()}
+    if not is_json_value(plain):
+        raise UnsupportedValue("the state dict's _metadata (module versions) is not JSON; it would be lost",
+                               field="$._metadata")
+    return plain
+
+
+def _stored_version_metadata(reader: ComponentReader) -> Any:
+    """The ``_metadata`` recorded at save (None for checkpoints written before it was recorded)."""
+    metadata = reader.record.metadata
+    stored = metadata.get(VERSION_METADATA_KEY) if isinstance(metadata, dict) else None
+    if stored is None:
+        return None
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
+        raise IncompatibleComponent(f"component metadata {VERSION_METADATA_KEY!r} is not a map of module versions")
+    return OrderedDict((prefix, dict(entry)) for prefix, entry in stored.items())
 
 
 def _describe(tensor: torch.Tensor) -> str:
