@@ -5,8 +5,10 @@ Subclass it in your test suite as ``TestMyThing`` (the base class has no
 your live object, and inherit about a dozen tests: round trips in both
 forms, restoring into a fresh object, idempotent re-saving, validation,
 reading without the live object, strictness on mismatches, corruption
-detection that leaves the target untouched, spec-defined files only, and
-no import of anything a checkpoint names.
+detection that leaves the target untouched, restores that are atomic across
+components (a corrupt or mismatched component anywhere in the load leaves
+every target untouched), spec-defined files only, and no import of anything
+a checkpoint names.
 
 A subclass provides:
 
@@ -205,6 +207,47 @@ class AdapterTests:
         with pytest.raises(IntegrityError):
             read_component(path, self.component)
 
+    # -- atomic across components: Checkpoint.load verifies everything before it applies anything --
+    @pytest.mark.parametrize("form", _FORMS)
+    def test_corrupt_other_component_leaves_target_untouched(self, tmp_path: Path, form: Form) -> None:
+        """Another component of the same load is corrupt: IntegrityError, and this target is as it was.
+
+        The other component is registered after this one, so an adapter that
+        modifies its target before every component is verified fails here.
+        """
+        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form,
+                         zz_other=_sentinel_value(0))
+        flip_byte(path, "zz_other")
+        target = self.make_value(1)
+        before = component_files(self.save(target, tmp_path / "before"), self.component)
+        other = _sentinel_value(1)
+        with pytest.raises(IntegrityError):
+            self.restore(path, target, zz_other=other)
+        after = component_files(self.save(target, tmp_path / "after"), self.component)
+        assert after == before, "the adapter modified its target although another component failed verification"
+        assert_tree_equal(other, _sentinel_value(1))
+
+    @pytest.mark.parametrize("form", _FORMS)
+    def test_corrupt_component_leaves_other_components_untouched(self, tmp_path: Path, form: Form) -> None:
+        """This component is corrupt: IntegrityError, and a component registered before it is unchanged."""
+        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form, aa_other=_sentinel_value(0))
+        flip_byte(path, self.component)
+        other = _sentinel_value(1)
+        with pytest.raises(IntegrityError):
+            self.restore(path, self.make_value(1), aa_other=other)
+        assert_tree_equal(other, _sentinel_value(1))
+
+    def test_mismatch_leaves_other_components_untouched(self, tmp_path: Path) -> None:
+        """``strict="error"`` and a target this state does not fit: nothing at all is restored."""
+        mismatched = self._mismatched()
+        path = self.save(self.make_value(0), tmp_path / "ckpt", aa_other=_sentinel_value(0),
+                         zz_other=_sentinel_value(2))
+        first, last = _sentinel_value(1), _sentinel_value(3)
+        with pytest.raises(IncompatibleComponent):
+            self.restore(path, mismatched, strict="error", aa_other=first, zz_other=last)
+        assert_tree_equal(first, _sentinel_value(1))
+        assert_tree_equal(last, _sentinel_value(3))
+
     def test_writes_only_spec_defined_files(self, tmp_path: Path) -> None:
         """Every file is one the spec defines for the kind (or one the subclass declares): no pickles."""
         path = self.save(self.make_value(0), tmp_path / "ckpt")
@@ -252,6 +295,11 @@ class AdapterTests:
 
 
 # -- helpers usable on their own ------------------------------------------------------------------------
+def _sentinel_value(seed: int) -> dict[str, Any]:
+    """The other component of the cross-component tests: NumPy arrays restored in place."""
+    return {"a": np.arange(seed, seed + 6, dtype=np.int64), "b": np.full((2, 3), seed, dtype=np.float32)}
+
+
 def _manifest(path: Path) -> dict[str, Any]:
     with CheckpointReader(path) as reader:
         return reader.manifest

@@ -15,12 +15,14 @@ byte is hashed twice.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import crc32c as _crc32c_module
 import msgpack
@@ -137,8 +139,10 @@ class TreePlan:
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
             raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, section="R-LIM-10")
-        if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
+        if kind is dict:
             return self._dict(value, depth, path)
+        if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
+            return self._dict(self._plain_mapping(value, path), depth, path)
         if kind is list:
             return [self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value)]
         if isinstance(value, tuple):
@@ -175,11 +179,51 @@ class TreePlan:
             replacement = self._convert(value)
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            raise UnsupportedValue(
+                f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
+                "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
+                "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
+                field=path, section="R-WTR-3")
         raise UnsupportedValue(
             f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree "
             "(register an adapter or convert it to arrays, dicts, lists and scalars)",
             field=path, section="R-WTR-3",
         )
+
+    def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
+        """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
+
+        An ``OrderedDict`` is stored as a plain dict (spec §8.3). Every other
+        mapping type, and any mapping carrying instance attributes (torch's
+        ``OrderedDict._metadata``), would lose its type or attributes: a
+        framework converter may turn it into plain values (``FrozenDict``),
+        otherwise the value is refused (R-WTR-3) naming what would be lost.
+        """
+        kind = type(value)
+        attributes = sorted(vars(value)) if hasattr(value, "__dict__") else []
+        if kind is OrderedDict and not attributes:
+            return value
+        if not attributes and self._convert is not None and not isinstance(value, dict):
+            replacement = self._convert(value)
+            if replacement is not NOT_HANDLED:
+                if type(replacement) is not dict:
+                    raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
+                                           f"{type(replacement).__qualname__}, not a dict", field=path,
+                                           section="R-WTR-3")
+                return cast("dict[Any, Any]", replacement)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        if attributes:
+            lost = f"its attribute{'s' if len(attributes) > 1 else ''} {', '.join(attributes)} would be lost"
+            hint = (" (a torch module state dict: store the module itself as a component, whose adapter keeps "
+                    "the module versions, or store dict(state_dict) to drop them deliberately)"
+                    if attributes == ["_metadata"] else "")
+        else:
+            lost, hint = "it would come back as a plain dict", ""
+        raise UnsupportedValue(
+            f"cannot store this {name} as a tree dict: {lost}{hint}. Convert it to a plain dict, or use an "
+            "adapter that keeps it (StateDictAdapter for objects with state_dict(), or your own Adapter)",
+            field=path, section="R-WTR-3")
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
