@@ -30,6 +30,7 @@ import functools
 import math
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,11 +295,11 @@ class StateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
-        writer.write_tree(value.state_dict())
+        write_state(writer, value.state_dict())
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         live = value.state_dict()
-        state = conform(reader.tree("numpy"), live, map_location=reader.map_location, in_place=False).value
+        state = read_state(reader, "numpy", live)
 
         def apply() -> None:
             try:
@@ -307,6 +308,109 @@ class StateDictAdapter(Adapter):
                 raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
 
         return PreparedRestore(apply, checked=False)
+
+
+#: Component metadata key of a state saved with its mappings' attributes kept beside it (:func:`write_state`).
+ATTRIBUTES_KEY = "opencheckpoint.mapping_attributes"
+
+
+def lift_attributes(state: Any) -> tuple[Any, list[list[Any]]]:
+    """``state`` with every ``dict``/``OrderedDict`` carrying instance attributes as a plain dict, and the
+    attributes as ``[path, name, value]`` entries (``path``: the keys and indices leading to the mapping).
+
+    torch and torchrl state dicts carry ``OrderedDict._metadata`` (module
+    versions, a TensorDict's batch size and device); the tree stores a dict's
+    entries only, so the attributes travel next to the state instead of being
+    lost. Other mapping types are left as they are (the encoder refuses them).
+    """
+    lifted: list[list[Any]] = []
+
+    def walk(node: Any, path: list[Any]) -> Any:
+        kind = type(node)
+        if kind is dict or kind is OrderedDict:
+            for name in sorted(vars(node)) if hasattr(node, "__dict__") else ():
+                lifted.append([list(path), name, getattr(node, name)])
+            return {key: walk(item, [*path, key]) for key, item in node.items()}
+        if kind is list or kind is tuple:
+            return kind(walk(item, [*path, index]) for index, item in enumerate(node))
+        return node
+
+    plain = walk(state, [])
+    return (plain, lifted) if lifted else (state, [])
+
+
+def write_state(writer: ComponentWriter, state: Any) -> None:
+    """Write a state dict as a tree; mapping attributes (``_metadata``) are kept, never dropped.
+
+    Without attributes the tree is the state itself. With them it is
+    ``{"state": ..., "attributes": [[path, name, value], ...]}`` and the
+    component's metadata holds ``{ATTRIBUTES_KEY: 1}`` (:func:`read_state`
+    puts them back).
+    """
+    plain, lifted = lift_attributes(state)
+    if not lifted:
+        writer.write_tree(state)
+        return
+    writer.metadata = {**(writer.metadata or {}), ATTRIBUTES_KEY: 1}
+    writer.write_tree({"state": plain, "attributes": lifted})
+
+
+def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any:
+    """The state written by :func:`write_state`, with its arrays shaped like ``live``'s leaves (NumPy reads)
+    and its mappings' attributes re-attached (as ``OrderedDict`` attributes)."""
+    stored = reader.tree(framework)
+    metadata = reader.record.metadata
+    lifted: Any = []
+    if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
+        if not (isinstance(stored, dict) and set(stored) == {"state", "attributes"}
+                and isinstance(stored["attributes"], list)):
+            raise IncompatibleComponent("component metadata says the state has attributes, but the stored tree "
+                                        "is not {'state': ..., 'attributes': [...]}")
+        stored, lifted = stored["state"], stored["attributes"]
+    if framework == "numpy" and live is not None:
+        stored = conform(stored, live, map_location=reader.map_location).value
+    for entry in lifted:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)
+                and type(entry[1]) is str):
+            raise IncompatibleComponent(f"stored attribute entry is not [path, name, value]: {entry!r:.200}")
+        path, name, value = entry
+        if framework == "numpy" and live is not None:
+            live_owner = _follow(live, path)
+            live_value = getattr(live_owner, name, None) if live_owner is not None else None
+            if live_value is not None:
+                value = conform(value, live_value, map_location=reader.map_location).value
+        stored = _attach(stored, path, name, value)
+    return stored
+
+
+def _follow(node: Any, path: list[Any]) -> Any:
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _attach(node: Any, path: list[Any], name: str, value: Any) -> Any:
+    """``node`` with the mapping at ``path`` an ``OrderedDict`` carrying attribute ``name``."""
+    if not path:
+        if not isinstance(node, dict):
+            raise IncompatibleComponent(f"stored attribute {name!r} belongs to a mapping, found a "
+                                        f"{type(node).__name__}")
+        owner = node if type(node) is OrderedDict else OrderedDict(node)
+        setattr(owner, name, value)
+        return owner
+    key, rest = path[0], path[1:]
+    try:
+        child = node[key]
+    except (KeyError, IndexError, TypeError):
+        raise IncompatibleComponent(f"stored attribute {name!r} belongs to {path!r}, which the state lacks") from None
+    updated = _attach(child, rest, name, value)
+    if isinstance(node, tuple):
+        return type(node)(updated if i == key else item for i, item in enumerate(node))
+    node[key] = updated
+    return node
 
 
 class DumpLoadAdapter(Adapter):

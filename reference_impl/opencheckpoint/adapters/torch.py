@@ -41,7 +41,7 @@ from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
-from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, read_state, write_state
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -79,6 +79,7 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     >>> a.dtype.name, a.ctypes.data == t.data_ptr()
     ('bfloat16', True)
     """
+    _check_has_host_data(tensor)
     if tensor.layout != torch.strided:
         raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
                                section="R-TREE-1")
@@ -98,6 +99,39 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if carrier is None:
         return tensor.numpy()
     return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+
+
+#: Tensor types whose bytes are the tensor's own storage: everything else is refused at save.
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _check_has_host_data(tensor: torch.Tensor) -> None:
+    """Refuse tensors whose values are not in their own storage (R-WTR-3): never store what is not the data.
+
+    A wrapper subclass (``DTensor``, ``FakeTensor``, ``FunctionalTensor``)
+    or any other subclass may hold its values elsewhere (a DTensor's local
+    shard; nowhere at all), and ``Tensor.numpy()`` on it would read
+    uninitialized memory. Meta tensors and storage-less tensors have no data.
+    """
+    kind = type(tensor)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if kind not in _PLAIN_TENSOR_TYPES:
+        if kind.__name__ == "DTensor":
+            fix = ("gather it with .full_tensor() (or store each rank's .to_local() shard under its own "
+                   "component name) until sharded saves exist")
+        elif kind.__name__ in ("FakeTensor", "FunctionalTensor"):
+            fix = "it has no real data: save the real model outside the tracing/compilation context"
+        else:
+            fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
+        raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
+                               f"its own storage; {fix}", section="R-WTR-3")
+    if tensor.device.type == "meta":
+        raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)", section="R-WTR-3")
+    try:
+        tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", section="R-WTR-3") from None
 
 
 def to_tree_value(value: Any) -> Any:
@@ -241,10 +275,10 @@ class TorchStateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        writer.write_tree(value.state_dict())
+        write_state(writer, value.state_dict())
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        state = reader.tree("torch")
+        state = read_state(reader, "torch")
         checked = False
         if isinstance(value, torch.optim.Optimizer):
             _check_optimizer_state(value, state)

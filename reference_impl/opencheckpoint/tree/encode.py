@@ -176,7 +176,10 @@ class TreePlan:
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
             return [_MARK[Tag.DTYPE], dtype_name(np.dtype(value))]
         if self._convert is not None:
-            replacement = self._convert(value)
+            try:
+                replacement = self._convert(value)
+            except CheckpointError as exc:
+                raise exc.at(field=path) from None
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
