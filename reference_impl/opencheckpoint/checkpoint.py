@@ -335,9 +335,8 @@ class Checkpoint:
                 self._incompatible(result, name, exc, mode, path, applied=True)
                 continue
             except BaseException as exc:
-                if sys.version_info >= (3, 11):
-                    exc.add_note(f"opencheckpoint: restoring component {name!r} of {path} failed after "
-                                 f"{sorted(result.loaded) or 'no other component'} had been restored")
+                exc.add_note(f"opencheckpoint: restoring component {name!r} of {path} failed after "
+                             f"{sorted(result.loaded) or 'no other component'} had been restored")
                 if isinstance(exc, CheckpointError) and exc.result is None:
                     exc.result = result
                 raise

@@ -59,7 +59,7 @@ from .manifest import (
 )
 from .models import ComponentRecord
 from .strict_json import parse_ijson
-from .tree.decode import DecodedTree, decode_tree, materialize
+from .tree.decode import DecodedTree, decode_tree, empty_array, materialize
 from .tree.layout import check_layout
 from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
 
@@ -157,7 +157,7 @@ def read_arrays(
     for ref in refs:
         nbytes = ref.nbytes
         if not nbytes:
-            by_id[id(ref)] = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
+            by_id[id(ref)] = _empty(ref, file)
             continue
         target = targets.get(id(ref)) if targets else None
         if target is not None:
@@ -368,10 +368,18 @@ def array_view(data_map: memoryview, ref: ArrayRef) -> np.ndarray:
     """A read-only NumPy view of one array's bytes in the map (no byte is read)."""
     dtype = numpy_dtype(ref.dtype)
     if ref.nbytes == 0:
-        return np.empty(ref.shape, dtype=dtype)
+        return _empty(ref, None)
     count = ref.nbytes // dtype.itemsize
     view = np.frombuffer(data_map, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
     return view
+
+
+def _empty(ref: ArrayRef, file: str | None) -> np.ndarray:
+    """The zero-element array of a node, with its exact shape (:func:`empty_array`)."""
+    try:
+        return empty_array(ref.shape, _numpy_dtype(ref.dtype))
+    except CheckpointError as exc:
+        raise exc.at(file=file, field=ref.path) from None
 
 
 def _materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Framework, map_location: Any) -> Any:

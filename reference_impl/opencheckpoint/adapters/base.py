@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
+import dataclasses
 import functools
 import math
 import os
+import sys
 import tempfile
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -538,6 +542,77 @@ def _numpy_dtype_name(name: str) -> Any:
     return numpy_dtype(name)
 
 
+class DataclassAdapter(Adapter):
+    """A dataclass instance (a training config): its fields as a tree dict, restored into a live instance.
+
+    Nested dataclasses are stored as dicts and rebuilt from the live
+    instance's own types; tuples stay tuples, arrays follow the live leaf's
+    type (:mod:`.conform`). A mutable instance is restored in place; a frozen
+    one cannot be, so the restored copy is returned (``LoadResult.values``).
+    Field names must match under ``strict="error"``; otherwise the fields
+    the checkpoint lacks keep their live values.
+    """
+
+    kind = "tree"
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
+        writer.write_tree(_dataclass_tree(value))
+
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        problems: list[str] = []
+        rebuilt = _rebuild_dataclass(reader.tree("numpy"), value, "$", reader.map_location, problems)
+        if problems and strict == "error":
+            raise IncompatibleComponent(f"{type(value).__qualname__} does not fit the stored fields: "
+                                        + "; ".join(problems))
+        if problems and strict == "warn":
+            warnings.warn(f"component {reader.name!r}: " + "; ".join(problems), stacklevel=5)
+        frozen = type(value).__dataclass_params__.frozen
+
+        def apply() -> Any:
+            if frozen:
+                return rebuilt
+            for item in dataclasses.fields(value):
+                setattr(value, item.name, getattr(rebuilt, item.name))
+            return None
+
+        return PreparedRestore(apply)
+
+
+def is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _dataclass_tree(value: Any) -> Any:
+    if is_dataclass_instance(value):
+        return {item.name: _dataclass_tree(getattr(value, item.name)) for item in dataclasses.fields(value)}
+    if type(value) is dict:
+        return {key: _dataclass_tree(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_dataclass_tree(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_dataclass_tree(item) for item in value)
+    return value
+
+
+def _rebuild_dataclass(stored: Any, live: Any, path: str, map_location: Any, problems: list[str]) -> Any:
+    if not is_dataclass_instance(live):
+        return conform(stored, live, map_location=map_location).value
+    if not isinstance(stored, dict):
+        problems.append(f"{path}: stored {type(stored).__name__}, the live value is a {type(live).__qualname__}")
+        return live
+    names = [item.name for item in dataclasses.fields(live)]
+    problems += [f"{path}.{name}: missing from the checkpoint" for name in names if name not in stored]
+    problems += [f"{path}.{name}: not a field of {type(live).__qualname__}" for name in stored if name not in names]
+    rebuilt = copy.copy(live)
+    for name in names:
+        if name in stored:
+            # object.__setattr__: frozen dataclasses and init=False fields are rebuilt the same way
+            object.__setattr__(rebuilt, name, _rebuild_dataclass(stored[name], getattr(live, name),
+                                                                  f"{path}.{name}", map_location, problems))
+    return rebuilt
+
+
 def _refresh_in_place(value: Any, loaded: Any) -> None:
     if isinstance(value, dict) and isinstance(loaded, dict):
         value.clear()
@@ -592,6 +667,12 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
             return special
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
         return StateDictAdapter()
+    if is_dataclass_instance(value):
+        if "jax" in sys.modules:  # a registered pytree (flax.struct.dataclass): the JAX adapter keeps its type
+            special = importlib.import_module("opencheckpoint.adapters.jax").adapter_for(value)
+            if special is not None:
+                return special
+        return DataclassAdapter()
     if callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None)):
         return DumpLoadAdapter()
     if is_json_value(value) and isinstance(value, (dict, list)):

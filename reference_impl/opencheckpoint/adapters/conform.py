@@ -113,9 +113,9 @@ def _conform(stored: Any, live: Any, default: str, map_location: Any, in_place: 
             for name, item in stored._asdict().items()})
     if isinstance(stored, (list, tuple)):
         same = isinstance(live, (list, tuple)) and len(live) == len(stored)
-        items = [_conform(item, live[i] if same else _ABSENT, default, map_location, in_place, out, converted)
-                 for i, item in enumerate(stored)]
-        return items if isinstance(stored, list) else tuple(items)
+        elements = [_conform(item, live[i] if same else _ABSENT, default, map_location, in_place, out, converted)
+                    for i, item in enumerate(stored)]
+        return elements if isinstance(stored, list) else tuple(elements)
     return stored
 
 

@@ -475,9 +475,19 @@ def adapter_for(value: Any) -> Adapter | None:
         if isinstance(value, nnx.State):
             return NnxStateAdapter()
     root = type(value).__module__.split(".", 1)[0]
-    if root in ("jax", "jaxlib", "flax", "optax") or _has_jax_leaf(value):
+    if root in ("jax", "jaxlib", "flax", "optax") or _has_jax_leaf(value) or _is_registered_dataclass(value):
         return PytreeAdapter()
     return None
+
+
+def _is_registered_dataclass(value: Any) -> bool:
+    """A dataclass registered as a pytree node (``flax.struct.dataclass``, ``jax.tree_util.register_dataclass``)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return False
+    leaves = jax.tree_util.tree_leaves(value, is_leaf=lambda x: x is not value)
+    return not (len(leaves) == 1 and leaves[0] is value)
 
 
 def restore_nnx(

@@ -306,8 +306,8 @@ def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None
     for index, (stored, live) in enumerate(zip(groups, own, strict=True)):
         params = stored.get("params") if isinstance(stored, dict) else None
         if not isinstance(params, list) or len(params) != len(live["params"]):
-            raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the size of "
-                                        "the optimizer's group")
+            raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the "
+                                        "size of the optimizer's group")
 
 
 class GeneratorAdapter(Adapter):

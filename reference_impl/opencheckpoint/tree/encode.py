@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import crc32c as _crc32c_module
 import msgpack
@@ -214,7 +214,7 @@ class TreePlan:
                     raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
                                            f"{type(replacement).__qualname__}, not a dict", field=path,
                                            section="R-WTR-3")
-                return cast("dict[Any, Any]", replacement)
+                return replacement
         name = f"{kind.__module__}.{kind.__qualname__}"
         if attributes:
             lost = f"its attribute{'s' if len(attributes) > 1 else ''} {', '.join(attributes)} would be lost"
