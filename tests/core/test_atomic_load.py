@@ -71,15 +71,6 @@ def test_mismatch_in_later_component_leaves_earlier_untouched_under_strict_error
     assert info.value.result is not None and info.value.result.loaded == set()
 
 
-def test_mismatch_under_warn_restores_the_rest(tmp_path: Path) -> None:
-    path = Checkpoint(first=state(1), second=np.ones((2, 2)), durable=False).save(tmp_path / "ckpt")
-    first, second = state(0), np.zeros((3, 3))
-    with pytest.warns(UserWarning, match="second"):
-        result = Checkpoint(first=first, second=second, strict="warn").load(path)
-    assert result.loaded == {"first"} and "second" in result.incompatible
-    assert snapshot(first) == snapshot(state(1)) and not second.any()
-
-
 class Recorder:
     """A live object with a one-phase adapter that records calls and can refuse the state."""
 
@@ -109,11 +100,11 @@ def one_phase_checkpoint(recorder: Recorder, **others: Any) -> Checkpoint:
 
 
 def test_one_phase_adapter_is_not_called_when_another_component_is_corrupt(tmp_path: Path) -> None:
-    path = one_phase_checkpoint(Recorder(), zz=state(1)).save(tmp_path / "ckpt")
+    path = one_phase_checkpoint(Recorder()).register("zz", state(1)).save(tmp_path / "ckpt")
     flip_byte(path, "zz")
     recorder = Recorder()
     with pytest.raises(IntegrityError):
-        one_phase_checkpoint(recorder, zz=state(0)).load(path)
+        one_phase_checkpoint(recorder).register("zz", state(0)).load(path)
     assert recorder.loaded is None
 
 
@@ -161,10 +152,17 @@ class LoadOnlySubclass(TreeAdapter):
         return super().load(value, reader, strict=strict)
 
 
-def test_subclass_overriding_only_load_has_its_load_run(tmp_path: Path) -> None:
-    path = Checkpoint(t=state(1), durable=False).save(tmp_path / "ckpt")
+def test_subclass_overriding_only_load_runs_after_every_component_is_verified(tmp_path: Path) -> None:
+    """Its ``load`` is the apply step: not called while another component is corrupt, called otherwise."""
+    path = Checkpoint(durable=False).register("t", state(1), adapter=LoadOnlySubclass()).register(
+        "zz", state(2)).save(tmp_path / "ckpt")
+    clean = Checkpoint(durable=False).register("t", state(1)).register("zz", state(2)).save(tmp_path / "clean")
+    flip_byte(path, "zz")
     live = state(0)
-    Checkpoint(durable=False).register("t", live, adapter=LoadOnlySubclass()).load(path)
+    with pytest.raises(IntegrityError):
+        Checkpoint(durable=False).register("t", live, adapter=LoadOnlySubclass()).register("zz", state(0)).load(path)
+    assert LoadOnlySubclass.calls == 0 and snapshot(live) == snapshot(state(0))
+    Checkpoint(durable=False).register("t", live, adapter=LoadOnlySubclass()).register("zz", state(0)).load(clean)
     assert LoadOnlySubclass.calls == 1 and snapshot(live) == snapshot(state(1))
 
 

@@ -81,14 +81,6 @@ def test_ordered_dict_with_attributes_is_refused_naming_them(tmp_path: Path) -> 
     assert info.value.field == "$.inner"
 
 
-def test_plain_ordered_dict_is_stored_as_a_dict_and_comes_back_as_the_live_type(tmp_path: Path) -> None:
-    path = Checkpoint(state=OrderedDict(b=np.ones(2), a=1), durable=False).save(tmp_path / "ckpt")
-    assert list(read_component(path, "state")) == ["b", "a"]
-    live: OrderedDict[str, Any] = OrderedDict(b=np.zeros(2), a=0)
-    Checkpoint(state=live).load(path)
-    assert live["a"] == 1 and live["b"].tolist() == [1.0, 1.0]
-
-
 @pytest.mark.parametrize("value", [defaultdict(list, a=[1]), type("Sub", (dict,), {})(a=1)],
                          ids=["defaultdict", "dict-subclass"])
 def test_other_mapping_types_are_refused(tmp_path: Path, value: Any) -> None:
@@ -96,7 +88,7 @@ def test_other_mapping_types_are_refused(tmp_path: Path, value: Any) -> None:
         Checkpoint(durable=False).register("state", {"m": value, "x": np.zeros(1)}).save(tmp_path / "ckpt")
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "float64", "complex128", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "bfloat16"])
 @pytest.mark.parametrize("form", ["directory", "archive"])
 def test_zero_element_array_with_huge_dimensions_reads_as_empty(tmp_path: Path, dtype: str, form: str) -> None:
     """[2**61, 3, 0] holds no byte: it reads as an empty array of exactly that shape, lazily and eagerly."""

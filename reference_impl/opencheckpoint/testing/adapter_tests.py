@@ -45,7 +45,7 @@ import struct
 import sys
 import warnings
 import zipfile
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -100,22 +100,27 @@ class AdapterTests:
 
     # -- helpers a subclass may use or override ------------------------------------------------
     def new_checkpoint(self, value: Any, *, format: Form = "directory", strict: str = "error",
-                       **others: Any) -> Checkpoint:
-        """A checkpoint holding ``value`` as :attr:`component` (and ``others`` with automatic adapters)."""
+                       first: Mapping[str, Any] | None = None, **others: Any) -> Checkpoint:
+        """A checkpoint holding ``value`` as :attr:`component` and ``others`` (automatic adapters);
+        the components in ``first`` are registered (so saved and restored) before :attr:`component`."""
         ckpt = Checkpoint(format=format, strict=strict, durable=False)  # type: ignore[arg-type]  # Checkpoint checks it
+        for name, other in (first or {}).items():
+            ckpt.register(name, other)
         ckpt.register(self.component, value, adapter=self.adapter)
         for name, other in others.items():
             ckpt.register(name, other)
         return ckpt
 
-    def save(self, value: Any, path: Path, *, format: Form = "directory", **others: Any) -> Path:
+    def save(self, value: Any, path: Path, *, format: Form = "directory", first: Mapping[str, Any] | None = None,
+             **others: Any) -> Path:
         """Save with a fixed checkpoint id and time, so equal states give equal bytes."""
-        return self.new_checkpoint(value, format=format, **others).save(
+        return self.new_checkpoint(value, format=format, first=first, **others).save(
             path, checkpoint_id=_CHECKPOINT_ID, created_at=_CREATED_AT)
 
-    def restore(self, path: Path, target: Any, *, strict: str = "error", **others: Any) -> tuple[Any, LoadResult]:
+    def restore(self, path: Path, target: Any, *, strict: str = "error", first: Mapping[str, Any] | None = None,
+                **others: Any) -> tuple[Any, LoadResult]:
         """Load ``path`` into ``target``; return the restored object and the load result."""
-        result = self.new_checkpoint(target, strict=strict, **others).load(path)
+        result = self.new_checkpoint(target, strict=strict, first=first, **others).load(path)
         return self.restored_value(target, result.values.get(self.component)), result
 
     def restored_value(self, target: Any, loaded: Any) -> Any:
@@ -230,21 +235,22 @@ class AdapterTests:
     @pytest.mark.parametrize("form", _FORMS)
     def test_corrupt_component_leaves_other_components_untouched(self, tmp_path: Path, form: Form) -> None:
         """This component is corrupt: IntegrityError, and a component registered before it is unchanged."""
-        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form, aa_other=_sentinel_value(0))
+        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form,
+                         first={"aa_other": _sentinel_value(0)})
         flip_byte(path, self.component)
         other = _sentinel_value(1)
         with pytest.raises(IntegrityError):
-            self.restore(path, self.make_value(1), aa_other=other)
+            self.restore(path, self.make_value(1), first={"aa_other": other})
         assert_tree_equal(other, _sentinel_value(1))
 
     def test_mismatch_leaves_other_components_untouched(self, tmp_path: Path) -> None:
         """``strict="error"`` and a target this state does not fit: nothing at all is restored."""
         mismatched = self._mismatched()
-        path = self.save(self.make_value(0), tmp_path / "ckpt", aa_other=_sentinel_value(0),
+        path = self.save(self.make_value(0), tmp_path / "ckpt", first={"aa_other": _sentinel_value(0)},
                          zz_other=_sentinel_value(2))
         first, last = _sentinel_value(1), _sentinel_value(3)
         with pytest.raises(IncompatibleComponent):
-            self.restore(path, mismatched, strict="error", aa_other=first, zz_other=last)
+            self.restore(path, mismatched, strict="error", first={"aa_other": first}, zz_other=last)
         assert_tree_equal(first, _sentinel_value(1))
         assert_tree_equal(last, _sentinel_value(3))
 
