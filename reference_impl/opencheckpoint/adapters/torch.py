@@ -383,9 +383,7 @@ class ModuleAdapter(Adapter):
                                         + "; ".join(problems))
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
-        version_metadata = _stored_version_metadata(reader)
-        if version_metadata is not None:
-            matching._metadata = version_metadata  # type: ignore[attr-defined]  # torch's own convention
+        matching._metadata = _stored_version_metadata(reader, own)  # type: ignore[attr-defined]  # torch's convention
         name = reader.name
 
         def apply() -> None:
@@ -405,29 +403,42 @@ class ModuleAdapter(Adapter):
 VERSION_METADATA_KEY = "torch_module_versions"
 
 
+#: What ``nn.Module.state_dict`` records for a submodule that does not set ``_version`` itself.
+_DEFAULT_VERSION = {"version": 1}
+
+
 def _version_metadata(state: Any) -> dict[str, Any] | None:
-    """The ``_metadata`` of a module state dict (submodule prefix -> {"version": int}) as JSON, or None."""
+    """The entries of a module state dict's ``_metadata`` (submodule prefix -> {"version": int}) that differ
+    from the default ``{"version": 1}``, as JSON; None when every entry is the default.
+
+    Only non-default entries are recorded, so a component of ordinary modules
+    is written exactly as before versions were kept; loading restores the
+    default for every prefix not recorded.
+    """
     from .base import is_json_value
 
     metadata = getattr(state, "_metadata", None)
     if metadata is None:
         return None
-    plain = {str(prefix): dict(entry) for prefix, entry in metadata.items()}
+    plain = {str(prefix): dict(entry) for prefix, entry in metadata.items() if dict(entry) != _DEFAULT_VERSION}
+    if not plain:
+        return None
     if not is_json_value(plain):
         raise UnsupportedValue("the state dict's _metadata (module versions) is not JSON; it would be lost",
                                field="$._metadata")
     return plain
 
 
-def _stored_version_metadata(reader: ComponentReader) -> Any:
-    """The ``_metadata`` recorded at save (None for checkpoints written before it was recorded)."""
+def _stored_version_metadata(reader: ComponentReader, live: Any) -> Any:
+    """``_metadata`` for ``load_state_dict``: the recorded entries, the default for every other prefix of the
+    live module's own state dict."""
     metadata = reader.record.metadata
-    stored = metadata.get(VERSION_METADATA_KEY) if isinstance(metadata, dict) else None
-    if stored is None:
-        return None
+    stored = metadata.get(VERSION_METADATA_KEY, {}) if isinstance(metadata, dict) else {}
     if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
         raise IncompatibleComponent(f"component metadata {VERSION_METADATA_KEY!r} is not a map of module versions")
-    return OrderedDict((prefix, dict(entry)) for prefix, entry in stored.items())
+    prefixes = list(getattr(live, "_metadata", {}) or {})
+    prefixes += [prefix for prefix in stored if prefix not in prefixes]
+    return OrderedDict((prefix, dict(stored.get(prefix, _DEFAULT_VERSION))) for prefix in prefixes)
 
 
 def _describe(tensor: torch.Tensor) -> str:
