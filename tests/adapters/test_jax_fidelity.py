@@ -74,3 +74,14 @@ def test_plain_dataclass_config_with_jax_arrays(tmp_path: Path) -> None:
     Checkpoint(config=live).load(path)
     assert live.lr == 0.5 and live.hidden == (64, 32) and type(live.hidden) is tuple
     assert isinstance(live.mean, jax.Array) and live.mean.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_zero_element_array_jax_cannot_hold_is_a_checkpoint_error(tmp_path: Path) -> None:
+    from opencheckpoint import IncompatibleComponent, read_component
+    from opencheckpoint.tree.decode import empty_array
+
+    empty = empty_array((2**61, 3, 0), np.dtype(np.float32))  # np.zeros refuses this shape for float32
+    path = Checkpoint(state={"e": empty}, durable=False).save(tmp_path / "c")
+    assert read_component(path, "state")["e"].shape == (2**61, 3, 0)
+    with pytest.raises(IncompatibleComponent, match="JAX cannot represent"):
+        read_component(path, "state", framework="jax")

@@ -252,3 +252,17 @@ def test_dtensor_module_is_refused_on_two_gloo_ranks(tmp_path: Path) -> None:
         assert "REFUSED" in line and "DTensor" in line and "full_tensor()" in line, line
         assert "$.weight" in line
     assert not (tmp_path / "rank0").exists() and not (tmp_path / "rank1").exists()
+
+
+def test_zero_element_tensor_with_huge_dimensions_round_trips(tmp_path: Path) -> None:
+    """[2**61, 3, 0] holds no byte: saved, read as NumPy and as torch, restored into a live dict."""
+    shape = (2**61, 3, 0)
+    path = Checkpoint(state={"e": torch.empty(shape), "h": torch.empty(shape, dtype=torch.bfloat16)},
+                      durable=False).save(tmp_path / "ckpt")
+    as_numpy = read_component(path, "state")
+    assert as_numpy["e"].shape == shape and as_numpy["h"].dtype.name == "bfloat16"
+    as_torch = read_component(path, "state", framework="torch")
+    assert as_torch["h"].shape == shape and as_torch["h"].dtype == torch.bfloat16
+    live = {"e": torch.zeros(0), "h": torch.zeros(0, dtype=torch.bfloat16)}
+    Checkpoint(state=live).load(path)
+    assert live["e"].shape == shape and isinstance(live["h"], torch.Tensor) and live["h"].shape == shape

@@ -149,7 +149,14 @@ class JaxFramework:
 
     def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         _check_x64(dtype_name(data.dtype))
-        placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        try:
+            placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        except ValueError as exc:
+            if data.size:
+                raise
+            # JAX refuses empty arrays whose non-zero dimensions multiply past 2**63 (e.g. [2**61, 3, 0])
+            raise IncompatibleComponent(f"JAX cannot represent an empty {data.dtype.name} array of shape "
+                                        f"{list(data.shape)} ({exc}); read it with framework='numpy'") from None
         return placed
 
     def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:

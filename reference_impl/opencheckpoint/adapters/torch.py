@@ -39,6 +39,7 @@ import torch
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
+from ..tree.decode import empty_array
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, read_state, write_state
@@ -95,6 +96,8 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
         tensor = tensor.resolve_conj()
     if tensor.is_neg():
         tensor = tensor.resolve_neg()
+    if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
+        return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
     carrier = _BIT_CARRIERS.get(name)
     if carrier is None:
         return tensor.numpy()
@@ -186,9 +189,11 @@ def numpy_to_tensor(data: np.ndarray, *, share: bool = True) -> torch.Tensor:
 
 def _wrap(data: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` for every table dtype (bfloat16/float8 through a same-width integer view)."""
+    dtype = _torch_dtype_for(data)
+    if data.size == 0:  # no byte to share; NumPy may refuse views of e.g. shape [2**61, 3, 0]
+        return torch.empty(data.shape, dtype=dtype)
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
-    dtype = _torch_dtype_for(data)
     carrier = _BIT_CARRIERS.get(TORCH_DTYPE_NAMES[dtype])
     if carrier is None:
         return torch.from_numpy(data)
