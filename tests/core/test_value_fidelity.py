@@ -9,6 +9,7 @@ array with zero elements but huge dimensions reads as an empty array.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections import OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,21 @@ def test_zero_element_array_numpy_cannot_represent_is_a_checkpoint_error(tmp_pat
     with pytest.raises(IncompatibleComponent, match="NumPy cannot represent") as info:
         read_component(path, "state")
     assert info.value.field == "$.e"
+
+
+class Mode(enum.IntEnum):
+    TRAIN = 1
+
+
+class Pair(tuple):  # type: ignore[type-arg]  # a plain tuple subclass (not a named tuple)
+    pass
+
+
+@pytest.mark.parametrize(("value", "plain"),
+                         [(Mode.TRAIN, "int"), (bytearray(b"ab"), "bytes"), (Pair((1, 2)), "tuple")],
+                         ids=["int-enum", "bytearray", "tuple-subclass"])
+def test_scalar_and_tuple_subclasses_are_refused_naming_the_plain_type(tmp_path: Path, value: Any,
+                                                                        plain: str) -> None:
+    with pytest.raises(UnsupportedValue, match=f"would come back as a plain {plain}") as info:
+        Checkpoint(durable=False).register("state", {"v": value, "x": np.zeros(1)}).save(tmp_path / "ckpt")
+    assert info.value.field == "$.v"

@@ -580,7 +580,11 @@ class DataclassAdapter(Adapter):
 
 
 def is_dataclass_instance(value: Any) -> bool:
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+    """A dataclass instance other than the tree's own value types (a PRNG key, a dtype value)."""
+    from ..tree.nodes import DtypeValue, PRNGKeyValue
+
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and not isinstance(value, (PRNGKeyValue, DtypeValue)))
 
 
 def _dataclass_tree(value: Any) -> Any:

@@ -80,13 +80,13 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     >>> a.dtype.name, a.ctypes.data == t.data_ptr()
     ('bfloat16', True)
     """
-    _check_has_host_data(tensor)
     if tensor.layout != torch.strided:
         raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
                                section="R-TREE-1")
     if tensor.is_quantized or tensor.is_nested:
         raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
                                section="R-TREE-1")
+    _check_has_host_data(tensor)
     name = dtype_name_of(tensor.dtype)
     tensor = tensor.detach()
     if tensor.device.type != "cpu":

@@ -154,17 +154,12 @@ class TreePlan:
                 body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
                         for name, item in zip(names, value, strict=True)}
                 return [_MARK[Tag.NAMED_TUPLE], type_name, body]
+            if kind is not tuple and not _is_size(value):
+                raise _lost_subclass(value, path)
             return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
-        if isinstance(value, bool):
-            return bool(value)
-        if isinstance(value, int):
-            return self._node(int(value), depth, path)
-        if isinstance(value, float):
-            return float(value)
-        if isinstance(value, str):
-            return str(value)
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value)
+        if isinstance(value, (bool, int, float, str, bytes, bytearray, memoryview)):
+            # A subclass (an IntEnum, a StrEnum, a bytearray) would come back as the plain type.
+            raise _lost_subclass(value, path)
         if kind is complex:
             return [_MARK[Tag.COMPLEX], value.real, value.imag]
         if isinstance(value, np.ndarray):
@@ -371,6 +366,22 @@ class TreePlan:
             return packed
         except UnicodeEncodeError as exc:
             raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-9") from None
+
+
+def _is_size(value: tuple[Any, ...]) -> bool:
+    """``torch.Size``: a tuple of ints by definition, stored as a tuple (a live ``torch.Size`` target gets one)."""
+    kind = type(value)
+    return kind.__name__ == "Size" and kind.__module__ == "torch"
+
+
+def _lost_subclass(value: Any, path: str) -> UnsupportedValue:
+    kind = type(value)
+    base = next(b for b in (bool, int, float, str, bytes, tuple) if isinstance(value, b)) if not isinstance(
+        value, (bytearray, memoryview)) else bytes
+    return UnsupportedValue(
+        f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
+        f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
+        "or register an adapter for it", field=path, section="R-WTR-3")
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:
