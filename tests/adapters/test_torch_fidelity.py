@@ -266,3 +266,13 @@ def test_zero_element_tensor_with_huge_dimensions_round_trips(tmp_path: Path) ->
     live = {"e": torch.zeros(0), "h": torch.zeros(0, dtype=torch.bfloat16)}
     Checkpoint(state=live).load(path)
     assert live["e"].shape == shape and isinstance(live["h"], torch.Tensor) and live["h"].shape == shape
+
+
+def test_torch_size_device_and_dtype_come_back_as_the_live_types(tmp_path: Path) -> None:
+    value = {"shape": torch.Size([2, 3]), "device": torch.device("cpu"), "dtype": torch.bfloat16,
+             "w": torch.ones(1)}
+    path = Checkpoint(state=value, durable=False).save(tmp_path / "ckpt")
+    live = {"shape": torch.Size([0]), "device": torch.device("meta"), "dtype": torch.float32, "w": torch.zeros(1)}
+    Checkpoint(state=live).load(path)
+    assert type(live["shape"]) is torch.Size and live["shape"] == (2, 3)
+    assert live["device"] == torch.device("cpu") and live["dtype"] is torch.bfloat16

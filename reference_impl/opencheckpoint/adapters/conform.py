@@ -6,7 +6,8 @@ the same place (a torch tensor, on the live tensor's device, where the live
 value has a tensor; a JAX array where it has one; NumPy elsewhere), and
 containers take the live container's type where the stored node is the same
 kind of container (an ``OrderedDict`` stays one, a named tuple comes back as
-the live named tuple type). Stored values with no live counterpart become the
+the live named tuple type, a tuple as a ``torch.Size`` and a str as a
+``torch.device`` where the live value is one). Stored values with no live counterpart become the
 framework of the live container's first framework leaf. Nothing read from a
 file decides a type: only the live object does.
 
@@ -115,8 +116,23 @@ def _conform(stored: Any, live: Any, default: str, map_location: Any, in_place: 
         same = isinstance(live, (list, tuple)) and len(live) == len(stored)
         elements = [_conform(item, live[i] if same else _ABSENT, default, map_location, in_place, out, converted)
                     for i, item in enumerate(stored)]
-        return elements if isinstance(stored, list) else tuple(elements)
+        if isinstance(stored, list):
+            return elements
+        return _torch_value(live, tuple(elements)) if live is not _ABSENT else tuple(elements)
+    if type(stored) is str and live is not _ABSENT:
+        return _torch_value(live, stored)
     return stored
+
+
+def _torch_value(live: Any, stored: Any) -> Any:
+    """A ``torch.Size`` (stored as a tuple) or ``torch.device`` (stored as a str) where the live value is one."""
+    kind = type(live)
+    if kind.__module__ != "torch" or kind.__name__ not in ("Size", "device"):
+        return stored
+    try:
+        return kind(stored)
+    except (TypeError, RuntimeError, ValueError):
+        return stored
 
 
 def _leaf(stored: Any, live: Any, default: str, map_location: Any, in_place: bool, out: Conformed,
