@@ -31,8 +31,8 @@ A subclass provides:
 >>> for name in sorted(name for name in dir(TestArray) if name.startswith("test_"))[:3]:
 ...     print(name)
 test_assert_restored_detects_a_difference
-test_corrupted_data_raises_and_leaves_target_untouched
-test_idempotent_second_save
+test_corrupt_component_leaves_other_components_untouched
+test_corrupt_other_component_leaves_target_untouched
 """
 
 from __future__ import annotations
