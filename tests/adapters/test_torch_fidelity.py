@@ -276,3 +276,13 @@ def test_torch_size_device_and_dtype_come_back_as_the_live_types(tmp_path: Path)
     Checkpoint(state=live).load(path)
     assert type(live["shape"]) is torch.Size and live["shape"] == (2, 3)
     assert live["device"] == torch.device("cpu") and live["dtype"] is torch.bfloat16
+
+
+def test_tensordict_nested_in_a_plain_dict_is_refused_naming_the_adapter(tmp_path: Path) -> None:
+    pytest.importorskip("tensordict")
+    from tensordict import TensorDict
+
+    td = TensorDict({"x": torch.zeros(2)}, batch_size=[2])
+    with pytest.raises(UnsupportedValue, match="StateDictAdapter") as info:
+        Checkpoint(bundle={"td": td, "step": 1}, durable=False).save(tmp_path / "ckpt")
+    assert info.value.field == "$.td"

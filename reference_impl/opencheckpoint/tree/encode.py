@@ -183,11 +183,13 @@ class TreePlan:
                 "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
                 "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
                 field=path, section="R-WTR-3")
-        raise UnsupportedValue(
-            f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree "
-            "(register an adapter or convert it to arrays, dicts, lists and scalars)",
-            field=path, section="R-WTR-3",
-        )
+        if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+            fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
+                   "saves it with StateDictAdapter, keeping its state whole)")
+        else:
+            fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
+        raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
+                               field=path, section="R-WTR-3")
 
     def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
         """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
