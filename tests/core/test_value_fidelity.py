@@ -139,3 +139,9 @@ def test_scalar_and_tuple_subclasses_are_refused_naming_the_plain_type(tmp_path:
     with pytest.raises(UnsupportedValue, match=f"would come back as a plain {plain}") as info:
         Checkpoint(durable=False).register("state", {"v": value, "x": np.zeros(1)}).save(tmp_path / "ckpt")
     assert info.value.field == "$.v"
+
+
+def test_enum_dict_keys_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedValue, match="enum would come back as the plain type") as info:
+        Checkpoint(durable=False).register("state", {"by_mode": {Mode.TRAIN: np.zeros(1)}}).save(tmp_path / "c")
+    assert info.value.field == "$.by_mode"

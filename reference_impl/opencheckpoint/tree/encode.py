@@ -236,13 +236,14 @@ class TreePlan:
                 except CheckpointError:
                     out[key] = self._array(item, f"{path}.{key}")
                 continue
-            if type(key) is str or (isinstance(key, int) and not isinstance(key, bool) and INT_MIN <= key <= INT_MAX):
-                key_path = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]"
-                out[key if type(key) is str else (str(key) if isinstance(key, str) else int(key))] = self._node(
-                    item, depth + 1, key_path)
+            # Exact types only: an enum key would come back as the plain str or int (R-WTR-8).
+            if type(key) is str or (type(key) is int and INT_MIN <= key <= INT_MAX):
+                key_path = f"{path}.{key}" if type(key) is str else f"{path}[{key}]"
+                out[key] = self._node(item, depth + 1, key_path)
             else:
                 raise UnsupportedValue(
-                    f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int",
+                    f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int (a subclass such as an "
+                    "enum would come back as the plain type: use str(key) or int(key))",
                     field=path, section="R-TREE-10",
                 )
         return out
