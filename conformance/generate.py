@@ -440,6 +440,14 @@ def _(b: Builder) -> None:
     b.write({"t": tree([np.zeros(0, np.float32), np.zeros((3, 0), np.int8), np.ones(1, np.uint8)])})
 
 
+@case("array-empty-huge-dims", "Zero-element arrays whose other dimensions are huge ([2**61, 3, 0] float64, "
+      "[3, 2**60, 0] complex128): valid, read as empty arrays of exactly that shape.", ["R-ARR-4", "R-ARR-6"])
+def _(b: Builder) -> None:
+    b.raw_tree({"a": array_node("float64", [2**61, 3, 0], 0, b""),
+                "b": array_node("complex128", [3, 2**60, 0], 0, b"")})
+    b.intended = None
+
+
 @case("array-large", "An array of 64 KiB (rendered by digest, head and tail).", ["9", "B.6", "R-ARR-14"])
 def _(b: Builder) -> None:
     b.write({"t": tree(np.arange(16384, dtype=np.float32))})

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from .adapters.base import Adapter, ComponentReader, ComponentWriter, resolve_adapter
+from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, IncompatibleComponent, UnsupportedValue
@@ -259,6 +259,15 @@ class Checkpoint:
         always raise. ``strict`` governs only missing and incompatible
         components: ``"error"`` raises :class:`IncompatibleComponent` before
         anything is restored, ``"warn"`` and ``"ignore"`` restore the rest.
+
+        The restore is atomic across components: every selected component is
+        read and checked first (checksums, structure, shapes, dtypes, what its
+        adapter can check), and only when all passed is any live object
+        modified. One exception remains, stated in ``docs/guarantees.md``: an
+        adapter whose own restore step raises after the checks (an object's
+        ``load_state_dict`` rejecting verified state, a one-phase adapter);
+        such restores run first, and the error's ``result.loaded`` lists what
+        was restored before it.
         """
         mode = strict or self.strict
         if mode not in _STRICTNESS:
@@ -292,29 +301,75 @@ class Checkpoint:
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
-            plan.sort(key=lambda item: item[1].restore_last)
-            for name, adapter in plan:
-                value, _ = self._components[name]
-                component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify)
-                try:
-                    loaded = adapter.load(value, component_reader, strict=mode)
-                except IncompatibleComponent as exc:
-                    result.incompatible[name] = exc.message
-                    if mode == "error":
-                        exc.result = result
-                        exc.at(file=str(path), field=f"components.{name}")  # fills in the location, returns exc
-                        raise
-                    self._report_one(name, exc.message, mode)
-                    continue
-                result.loaded.add(name)
-                if loaded is not None:
-                    result.values[name] = loaded
+            prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify)
+            self._apply_all(prepared, result, mode, path)
         return result
 
+    def _prepare_all(self, plan: list[tuple[str, Adapter]], reader: CheckpointReader, result: LoadResult,
+                     mode: Strictness, path: Any, map_location: Any, verify: bool,
+                     ) -> list[tuple[str, Adapter, PreparedRestore]]:
+        """Phase 1: read, verify and check every planned component; no live object is touched.
+
+        Any ``CheckpointError`` (corruption, and under ``strict="error"`` a
+        mismatch) propagates from here, before the first byte reaches a live object.
+        """
+        prepared: list[tuple[str, Adapter, PreparedRestore]] = []
+        for name, adapter in plan:
+            value, _ = self._components[name]
+            component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify)
+            try:
+                restore = prepare_restore(adapter, value, component_reader, strict=mode)
+            except IncompatibleComponent as exc:
+                self._incompatible(result, name, exc, mode, path)
+                continue
+            prepared.append((name, adapter, restore))
+        return prepared
+
+    def _apply_all(self, prepared: list[tuple[str, Adapter, PreparedRestore]], result: LoadResult,
+                   mode: Strictness, path: Any) -> None:
+        """Phase 2: apply every prepared restore.
+
+        Restores that could not be checked in phase 1 (one-phase adapters,
+        objects' own ``load_state_dict``) run first, so that when one raises,
+        no checked component has been applied yet; ``restore_last`` adapters
+        (global RNG state) still run last. If an apply raises, the components
+        applied before it stay applied and are listed in ``result.loaded``
+        (on the exception's ``result``); the ones after it are untouched.
+        """
+        prepared.sort(key=lambda item: (item[1].restore_last, item[2].checked))
+        for name, _, restore in prepared:
+            try:
+                loaded = restore.apply()
+            except IncompatibleComponent as exc:
+                self._incompatible(result, name, exc, mode, path, applied=True)
+                continue
+            except BaseException as exc:
+                exc.add_note(f"opencheckpoint: restoring component {name!r} of {path} failed after "
+                             f"{sorted(result.loaded) or 'no other component'} had been restored")
+                if isinstance(exc, CheckpointError) and exc.result is None:
+                    exc.result = result
+                raise
+            result.loaded.add(name)
+            if loaded is not None:
+                result.values[name] = loaded
+
+    def _incompatible(self, result: LoadResult, name: str, exc: IncompatibleComponent, mode: Strictness,
+                      path: Any, *, applied: bool = False) -> None:
+        """Record a component that does not fit; raise under ``strict="error"``, else warn or ignore."""
+        result.incompatible[name] = exc.message
+        if mode == "error":
+            exc.result = result
+            if applied:
+                done = sorted(result.loaded)
+                exc.message += (f" (raised by the adapter while restoring; already restored: {done})" if done
+                                else " (raised by the adapter while restoring; no other component was restored)")
+            raise exc.at(file=str(path), field=f"components.{name}")
+        self._report_one(name, exc.message, mode, stacklevel=5)
+
     @staticmethod
-    def _report_one(name: str, reason: str, mode: str) -> None:
+    def _report_one(name: str, reason: str, mode: str, stacklevel: int = 3) -> None:
         if mode == "warn":
-            warnings.warn(f"checkpoint component {name!r} not restored: {reason}", stacklevel=3)
+            warnings.warn(f"checkpoint component {name!r} not restored: {reason}", stacklevel=stacklevel)
 
     def _report(self, result: LoadResult, mode: str, path: Any) -> None:
         problems = [f"{n}: missing from the checkpoint" for n in sorted(result.missing)]

@@ -25,7 +25,7 @@ array([0., 1., 2., 3.])
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from .manifest import (
 )
 from .models import ComponentRecord
 from .strict_json import parse_ijson
-from .tree.decode import DecodedTree, decode_tree, materialize
+from .tree.decode import DecodedTree, decode_tree, empty_array, materialize
 from .tree.layout import check_layout
 from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
 
@@ -103,6 +103,7 @@ def read_arrays(
     *,
     verify: bool,
     targets: Mapping[int, np.ndarray] | None = None,
+    deferred: list[tuple[ArrayRef, np.ndarray]] | None = None,
 ) -> dict[int, np.ndarray]:
     """Fresh arrays for the array nodes ``refs``, keyed by ``id(ref)``; identical extents share one array.
 
@@ -122,13 +123,19 @@ def read_arrays(
     checkpoint raises with every target untouched. That reads the targets'
     bytes twice (the second time usually from the page cache). With
     ``verify=False`` (an explicit opt-out) targets are filled in one pass.
+
+    ``deferred``, if given, receives the (node, target) pairs instead of the
+    targets being filled (verified or not): the caller fills them later with
+    :func:`fill_targets` (phase 2 of a restore across components).
     """
     by_id: dict[int, np.ndarray] = {}
     by_extent: dict[tuple[Any, ...], list[int]] = {}
     batch: list[tuple[list[int], ArrayRef]] = []
     start = end = 0
     verifier = ScratchVerifier(region, file) if verify and targets else None
-    deferred: list[tuple[ArrayRef, np.ndarray]] = []
+    defer = deferred is not None
+    if deferred is None:
+        deferred = []
 
     def flush() -> None:
         raw = bytearray(end - start)
@@ -151,14 +158,15 @@ def read_arrays(
     for ref in refs:
         nbytes = ref.nbytes
         if not nbytes:
-            by_id[id(ref)] = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
+            by_id[id(ref)] = _empty(ref, file)
             continue
         target = targets.get(id(ref)) if targets else None
         if target is not None:
             if batch:
                 flush()
-            if verifier is not None:
-                verifier.verify(ref)
+            if verifier is not None or defer:
+                if verifier is not None:
+                    verifier.verify(ref)
                 deferred.append((ref, target))
             else:
                 read_verified_into(region, ref, target, file, verify=verify)
@@ -188,9 +196,15 @@ def read_arrays(
     if batch:
         flush()
     # Every array passed its checks: only now is any target written.
+    if not defer:
+        fill_targets(region, deferred, file)
+    return by_id
+
+
+def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str) -> None:
+    """Read each verified node's bytes into its target (no second check)."""
     for ref, target in deferred:
         read_verified_into(region, ref, target, file, verify=False)
-    return by_id
 
 
 #: Size of the buffer :class:`ScratchVerifier` reads through.
@@ -355,10 +369,18 @@ def array_view(data_map: memoryview, ref: ArrayRef) -> np.ndarray:
     """A read-only NumPy view of one array's bytes in the map (no byte is read)."""
     dtype = numpy_dtype(ref.dtype)
     if ref.nbytes == 0:
-        return np.empty(ref.shape, dtype=dtype)
+        return _empty(ref, None)
     count = ref.nbytes // dtype.itemsize
     view = np.frombuffer(data_map, dtype=dtype, count=count, offset=ref.offset).reshape(ref.shape)
     return view
+
+
+def _empty(ref: ArrayRef, file: str | None) -> np.ndarray:
+    """The zero-element array of a node, with its exact shape (:func:`empty_array`)."""
+    try:
+        return empty_array(ref.shape, _numpy_dtype(ref.dtype))
+    except CheckpointError as exc:
+        raise exc.at(file=file, field=ref.path) from None
 
 
 def _materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Framework, map_location: Any) -> Any:
@@ -599,14 +621,32 @@ class CheckpointReader:
         >>> tree["a"] is live["a"], live["a"].tolist()
         (True, [0.0, 1.0, 2.0])
         """
+        return self.prepare_into(name, target, verify=verify)()
+
+    def prepare_into(self, name: str, target: Any, *, verify: bool = True) -> Callable[[], Any]:
+        """:meth:`read_into` in two phases: everything is read and verified now, ``target`` untouched;
+        the returned callable fills ``target``'s arrays (without checking again) and returns the tree.
+
+        A restore of several components prepares every one before it fills any
+        (:meth:`Checkpoint.load <opencheckpoint.Checkpoint.load>`).
+        """
         decoded, data_file, size = self.decoded_layout(name)
         targets: dict[int, np.ndarray] = {}
         match_targets(decoded.root, target, targets)
         fresh: dict[int, np.ndarray] = {}
+        deferred: list[tuple[ArrayRef, np.ndarray]] = []
         if decoded.arrays:
             with self.open_region(data_file, size) as region:
-                fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets)
-        return _materialize_read(decoded, fresh, get_framework("numpy"), None)
+                fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets,
+                                    deferred=deferred)
+
+        def fill() -> Any:
+            if deferred:
+                with self.open_region(data_file, size) as region:
+                    fill_targets(region, deferred, data_file)
+            return _materialize_read(decoded, fresh, get_framework("numpy"), None)
+
+        return fill
 
     # -- json and files components -----------------------------------------------------
     def json(self, name: str) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .adapters.base import ComponentReader, StateDictAdapter, register_adapter
+from .adapters.base import ComponentReader, PreparedRestore, StateDictAdapter, register_adapter
 from .errors import IncompatibleComponent
 
 
@@ -112,13 +112,22 @@ class GlobalRNGStateAdapter(StateDictAdapter):
 
     restore_last = True
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         state = reader.tree("numpy")
-        try:
-            value.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, IndexError) as exc:
-            raise IncompatibleComponent(f"not a global RNG state: {exc!r}") from exc
-        return None
+        if not isinstance(state, dict) or "python" not in state or "numpy" not in state:
+            raise IncompatibleComponent("not a global RNG state: 'python' and 'numpy' streams are required")
+        if "torch_cuda" in state:
+            torch = sys.modules.get("torch")
+            if torch is None or not torch.cuda.is_available():
+                raise IncompatibleComponent("the checkpoint holds CUDA RNG state but CUDA is unavailable")
+
+        def apply() -> None:
+            try:
+                value.load_state_dict(state)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:
+                raise IncompatibleComponent(f"not a global RNG state: {exc!r}") from exc
+
+        return PreparedRestore(apply, checked=False)
 
 
 register_adapter(GlobalRNGState, GlobalRNGStateAdapter())

@@ -10,16 +10,32 @@ An adapter saves one live value as one component and restores it. Built in:
 
 Custom adapters subclass :class:`Adapter` and are registered per type
 (:func:`register_adapter`) or per checkpoint instance.
+
+Restoring is two-phase so that :meth:`Checkpoint.load
+<opencheckpoint.Checkpoint.load>` is atomic across components:
+:meth:`Adapter.prepare` reads, verifies and checks everything (checksums,
+shapes, dtypes, structure) without touching the live object and returns a
+:class:`PreparedRestore`; only when every component has been prepared is
+each one's :meth:`PreparedRestore.apply` run. An adapter that defines only
+the one-phase :meth:`Adapter.load` still works: its component's bytes are
+verified in phase 1 and its ``load`` runs in phase 2 (``checked=False``:
+it may still raise there).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import copy
+import dataclasses
+import functools
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +47,7 @@ from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 from ..strict_json import dump_json
 from ..tree.encode import write_small_file, write_tree
+from .conform import conform
 from .frameworks import convert_leaf
 
 if TYPE_CHECKING:
@@ -109,8 +126,37 @@ class ComponentReader:
         """
         return self.reader.read_into(self.name, target, verify=self.verify)
 
+    def prepare_into(self, target: Any) -> Callable[[], Any]:
+        """Phase 1 of :meth:`tree_into`: every array verified now, ``target`` untouched; the returned
+        callable fills ``target``'s arrays and returns the tree."""
+        return self.reader.prepare_into(self.name, target, verify=self.verify)
+
     def json(self) -> Any:
         return self.reader.json(self.name)
+
+    def verify_bytes(self) -> None:
+        """Check every byte of the component against its checksums, holding nothing in memory.
+
+        Tree components: the document (step 13-15) and every array (CRC-32C,
+        bool bytes) through one small scratch buffer; other kinds: every file
+        (CRC-32C). A no-op when the caller opted out (``verify=False``).
+        """
+        if not self.verify:
+            return
+        from ..reader import ScratchVerifier  # reader imports this package: import when used
+
+        record = self.record
+        if record.kind == "tree":
+            decoded, data_file, size = self.reader.decoded_layout(self.name)
+            if any(ref.nbytes for ref in decoded.arrays):
+                with self.reader.open_region(data_file, size) as region:
+                    verifier = ScratchVerifier(region, data_file)
+                    for ref in decoded.arrays:
+                        if ref.nbytes:
+                            verifier.verify(ref)
+            return
+        for rel in record.files:
+            self.reader.read_small(self.name, rel)
 
     @contextlib.contextmanager
     def directory(self) -> Iterator[Path]:
@@ -124,8 +170,29 @@ class ComponentReader:
             yield root
 
 
+@dataclass
+class PreparedRestore:
+    """A component restore that passed every check and has not touched its live object yet.
+
+    Attributes:
+        apply: phase 2: modifies the live object; returns the loaded value (or None).
+        checked: True when phase 1 checked everything ``apply`` depends on, so ``apply``
+            is not expected to raise; False for one-phase adapters and for objects whose
+            own ``load_state_dict`` cannot be checked beforehand. :meth:`Checkpoint.load
+            <opencheckpoint.Checkpoint.load>` applies unchecked restores first.
+    """
+
+    apply: Callable[[], Any]
+    checked: bool = True
+
+
 class Adapter(abc.ABC):
-    """Saves one value as one component and restores it."""
+    """Saves one value as one component and restores it.
+
+    Subclasses define :meth:`save` and either :meth:`prepare` (two-phase,
+    preferred: the restore is atomic across components) or :meth:`load`
+    (one-phase).
+    """
 
     #: the component kind this adapter writes
     kind: str = "tree"
@@ -137,9 +204,40 @@ class Adapter(abc.ABC):
     def save(self, value: Any, writer: ComponentWriter) -> None:
         """Write ``value`` through ``writer``."""
 
-    @abc.abstractmethod
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        """Phase 1: read and check everything; MUST NOT modify ``value``.
+
+        Raise :class:`~opencheckpoint.errors.IncompatibleComponent` for a
+        stored state that does not fit ``value`` under ``strict="error"``
+        (under ``"warn"``/``"ignore"`` prepare the part that fits). The
+        default, for adapters that define only :meth:`load`, verifies the
+        component's bytes and defers ``load`` to phase 2.
+        """
+        if type(self).load is Adapter.load:
+            raise TypeError(f"{type(self).__qualname__} must define prepare() (two-phase) or load() (one-phase)")
+        reader.verify_bytes()
+        return PreparedRestore(functools.partial(self.load, value, reader, strict=strict), checked=False)
+
     def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        """Restore into ``value`` (in place where possible); return the loaded value."""
+        """Restore into ``value`` (in place where possible) in one step; return the loaded value."""
+        if type(self).prepare is Adapter.prepare:
+            raise TypeError(f"{type(self).__qualname__} must define prepare() (two-phase) or load() (one-phase)")
+        return self.prepare(value, reader, strict=strict).apply()
+
+
+def prepare_restore(adapter: Adapter, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+    """Phase 1 for ``adapter``, honouring a subclass that overrides only the one-phase :meth:`Adapter.load`.
+
+    A subclass of a built-in two-phase adapter that redefines ``load`` (and
+    not ``prepare``) gets its own ``load`` run in phase 2, after the
+    component's bytes are verified, exactly as a one-phase adapter.
+    """
+    kind = type(adapter)
+    load_owner = next(c for c in kind.__mro__ if "load" in vars(c))
+    prepare_owner = next(c for c in kind.__mro__ if "prepare" in vars(c))
+    if load_owner is not prepare_owner and issubclass(load_owner, prepare_owner) and load_owner is not Adapter:
+        return Adapter.prepare(adapter, value, reader, strict=strict)
+    return adapter.prepare(value, reader, strict=strict)
 
 
 def framework_of(value: Any) -> str:
@@ -189,21 +287,134 @@ def container_framework(value: Any, budget: int = 10_000) -> str:
 
 
 class StateDictAdapter(Adapter):
-    """``state_dict()`` is stored as a tree; ``load_state_dict(tree)`` restores it."""
+    """``state_dict()`` is stored as a tree; ``load_state_dict(tree)`` restores it.
+
+    Arrays come back as the framework objects the live ``state_dict()`` holds
+    at the same place (a torch tensor where the object has one), NumPy arrays
+    elsewhere. The object's own ``load_state_dict`` cannot be checked
+    beforehand: its restore is ``checked=False``.
+    """
 
     kind = "tree"
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
-        writer.write_tree(value.state_dict())
+        write_state(writer, value.state_dict())
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        state = reader.tree(framework_of(value))
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        live = value.state_dict()
+        state = read_state(reader, "numpy", live)
+
+        def apply() -> None:
+            try:
+                value.load_state_dict(state)
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+
+        return PreparedRestore(apply, checked=False)
+
+
+#: Component metadata key of a state saved with its mappings' attributes kept beside it (:func:`write_state`).
+ATTRIBUTES_KEY = "opencheckpoint.mapping_attributes"
+
+
+def lift_attributes(state: Any) -> tuple[Any, list[list[Any]]]:
+    """``state`` with every ``dict``/``OrderedDict`` carrying instance attributes as a plain dict, and the
+    attributes as ``[path, name, value]`` entries (``path``: the keys and indices leading to the mapping).
+
+    torch and torchrl state dicts carry ``OrderedDict._metadata`` (module
+    versions, a TensorDict's batch size and device); the tree stores a dict's
+    entries only, so the attributes travel next to the state instead of being
+    lost. Other mapping types are left as they are (the encoder refuses them).
+    """
+    lifted: list[list[Any]] = []
+
+    def walk(node: Any, path: list[Any]) -> Any:
+        kind = type(node)
+        if kind is dict or kind is OrderedDict:
+            for name in sorted(vars(node)) if hasattr(node, "__dict__") else ():
+                lifted.append([list(path), name, getattr(node, name)])
+            return {key: walk(item, [*path, key]) for key, item in node.items()}
+        if kind is list or kind is tuple:
+            return kind(walk(item, [*path, index]) for index, item in enumerate(node))
+        return node
+
+    plain = walk(state, [])
+    return (plain, lifted) if lifted else (state, [])
+
+
+def write_state(writer: ComponentWriter, state: Any) -> None:
+    """Write a state dict as a tree; mapping attributes (``_metadata``) are kept, never dropped.
+
+    Without attributes the tree is the state itself. With them it is
+    ``{"state": ..., "attributes": [[path, name, value], ...]}`` and the
+    component's metadata holds ``{ATTRIBUTES_KEY: 1}`` (:func:`read_state`
+    puts them back).
+    """
+    plain, lifted = lift_attributes(state)
+    if not lifted:
+        writer.write_tree(state)
+        return
+    writer.metadata = {**(writer.metadata or {}), ATTRIBUTES_KEY: 1}
+    writer.write_tree({"state": plain, "attributes": lifted})
+
+
+def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any:
+    """The state written by :func:`write_state`, with its arrays shaped like ``live``'s leaves (NumPy reads)
+    and its mappings' attributes re-attached (as ``OrderedDict`` attributes)."""
+    stored = reader.tree(framework)
+    metadata = reader.record.metadata
+    lifted: Any = []
+    if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
+        if not (isinstance(stored, dict) and set(stored) == {"state", "attributes"}
+                and isinstance(stored["attributes"], list)):
+            raise IncompatibleComponent("component metadata says the state has attributes, but the stored tree "
+                                        "is not {'state': ..., 'attributes': [...]}")
+        stored, lifted = stored["state"], stored["attributes"]
+    if framework == "numpy" and live is not None:
+        stored = conform(stored, live, map_location=reader.map_location).value
+    for entry in lifted:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)
+                and type(entry[1]) is str):
+            raise IncompatibleComponent(f"stored attribute entry is not [path, name, value]: {entry!r:.200}")
+        path, name, value = entry
+        if framework == "numpy" and live is not None:
+            live_owner = _follow(live, path)
+            live_value = getattr(live_owner, name, None) if live_owner is not None else None
+            if live_value is not None:
+                value = conform(value, live_value, map_location=reader.map_location).value
+        stored = _attach(stored, path, name, value)
+    return stored
+
+
+def _follow(node: Any, path: list[Any]) -> Any:
+    for key in path:
         try:
-            value.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
-        return None
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _attach(node: Any, path: list[Any], name: str, value: Any) -> Any:
+    """``node`` with the mapping at ``path`` an ``OrderedDict`` carrying attribute ``name``."""
+    if not path:
+        if not isinstance(node, dict):
+            raise IncompatibleComponent(f"stored attribute {name!r} belongs to a mapping, found a "
+                                        f"{type(node).__name__}")
+        owner = node if type(node) is OrderedDict else OrderedDict(node)
+        setattr(owner, name, value)
+        return owner
+    key, rest = path[0], path[1:]
+    try:
+        child = node[key]
+    except (KeyError, IndexError, TypeError):
+        raise IncompatibleComponent(f"stored attribute {name!r} belongs to {path!r}, which the state lacks") from None
+    updated = _attach(child, rest, name, value)
+    if isinstance(node, tuple):
+        return type(node)(updated if i == key else item for i, item in enumerate(node))
+    node[key] = updated
+    return node
 
 
 class DumpLoadAdapter(Adapter):
@@ -217,10 +428,15 @@ class DumpLoadAdapter(Adapter):
         value.dump(writer.directory)
         writer.inventory_directory()
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        with reader.directory() as directory:
-            value.load(directory)
-        return None
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        reader.verify_bytes()
+
+        def apply() -> None:
+            with reader.directory() as directory:
+                value.load(directory)
+
+        # The object's own load() reads the files: nothing can check beforehand that it accepts them.
+        return PreparedRestore(apply, checked=False)
 
 
 def is_json_value(value: Any, depth: int = 1) -> bool:
@@ -251,10 +467,14 @@ class JsonAdapter(Adapter):
             raise IncompatibleComponent("value is not I-JSON (str keys, finite floats, ints within 2**53)")
         writer.write_json(value)
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         loaded = reader.json()
-        _refresh_in_place(value, loaded)
-        return loaded
+
+        def apply() -> Any:
+            _refresh_in_place(value, loaded)
+            return loaded
+
+        return PreparedRestore(apply)
 
 
 class TreeAdapter(Adapter):
@@ -272,23 +492,129 @@ class TreeAdapter(Adapter):
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.write_tree(value)
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        framework = framework_of(value)
-        if framework == "numpy" and isinstance(value, (np.ndarray, dict, list)):
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        if isinstance(value, np.ndarray) or (
+                isinstance(value, (dict, list)) and container_framework(value) == "numpy"):
+            if isinstance(value, np.ndarray):
+                _check_bare_array(value, reader)
             # Arrays that fit are filled where they are (no intermediate copy), after every array
-            # of the component passed its checks (CheckpointReader.read_into).
-            loaded = reader.tree_into(value)
-        else:
-            loaded = reader.tree(framework)
-        if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
-            if value.shape != loaded.shape or value.dtype != loaded.dtype:
-                raise IncompatibleComponent(
-                    f"stored {loaded.dtype}{list(loaded.shape)} does not fit {value.dtype}{list(value.shape)}")
-            if value.flags.writeable and loaded is not value:
-                np.copyto(value, loaded)
-        else:
-            _refresh_in_place(value, loaded)
-        return loaded
+            # of the component passed its checks (CheckpointReader.prepare_into).
+            fill = reader.prepare_into(value)
+
+            def apply_numpy() -> Any:
+                loaded = fill()
+                if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
+                    if value.flags.writeable and loaded is not value:
+                        np.copyto(value, loaded)
+                else:
+                    _refresh_in_place(value, loaded)
+                return loaded
+
+            return PreparedRestore(apply_numpy)
+        # Framework leaves (torch tensors in a plain dict): the live leaf's type decides what
+        # each stored array becomes; exact fits are copied into the live tensors in phase 2.
+        conformed = conform(reader.tree("numpy"), value, map_location=reader.map_location, in_place=True)
+
+        def apply() -> Any:
+            conformed.copy_into_live()
+            _refresh_in_place(value, conformed.value)
+            return conformed.value
+
+        return PreparedRestore(apply)
+
+
+def _check_bare_array(value: np.ndarray, reader: ComponentReader) -> None:
+    """A bare live array takes only an array of its exact shape and dtype (R-ERR-4)."""
+    decoded, _, _ = reader.reader.decoded_layout(reader.name)
+    from ..tree.nodes import ArrayRef
+
+    root = decoded.root
+    if not isinstance(root, ArrayRef):
+        raise IncompatibleComponent(f"stored value is not an array; the target is {value.dtype}{list(value.shape)}")
+    if tuple(root.shape) != value.shape or np.dtype(_numpy_dtype_name(root.dtype)) != value.dtype:
+        raise IncompatibleComponent(
+            f"stored {root.dtype}{list(root.shape)} does not fit {value.dtype}{list(value.shape)}")
+
+
+def _numpy_dtype_name(name: str) -> Any:
+    from ..dtypes import numpy_dtype
+
+    return numpy_dtype(name)
+
+
+class DataclassAdapter(Adapter):
+    """A dataclass instance (a training config): its fields as a tree dict, restored into a live instance.
+
+    Nested dataclasses are stored as dicts and rebuilt from the live
+    instance's own types; tuples stay tuples, arrays follow the live leaf's
+    type (:mod:`.conform`). A mutable instance is restored in place; a frozen
+    one cannot be, so the restored copy is returned (``LoadResult.values``).
+    Field names must match under ``strict="error"``; otherwise the fields
+    the checkpoint lacks keep their live values.
+    """
+
+    kind = "tree"
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
+        writer.write_tree(_dataclass_tree(value))
+
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        problems: list[str] = []
+        rebuilt = _rebuild_dataclass(reader.tree("numpy"), value, "$", reader.map_location, problems)
+        if problems and strict == "error":
+            raise IncompatibleComponent(f"{type(value).__qualname__} does not fit the stored fields: "
+                                        + "; ".join(problems))
+        if problems and strict == "warn":
+            warnings.warn(f"component {reader.name!r}: " + "; ".join(problems), stacklevel=5)
+        frozen = type(value).__dataclass_params__.frozen
+
+        def apply() -> Any:
+            if frozen:
+                return rebuilt
+            for item in dataclasses.fields(value):
+                setattr(value, item.name, getattr(rebuilt, item.name))
+            return None
+
+        return PreparedRestore(apply)
+
+
+def is_dataclass_instance(value: Any) -> bool:
+    """A dataclass instance other than the tree's own value types (a PRNG key, a dtype value)."""
+    from ..tree.nodes import DtypeValue, PRNGKeyValue
+
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)
+            and not isinstance(value, (PRNGKeyValue, DtypeValue)))
+
+
+def _dataclass_tree(value: Any) -> Any:
+    if is_dataclass_instance(value):
+        return {item.name: _dataclass_tree(getattr(value, item.name)) for item in dataclasses.fields(value)}
+    if type(value) is dict:
+        return {key: _dataclass_tree(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_dataclass_tree(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_dataclass_tree(item) for item in value)
+    return value
+
+
+def _rebuild_dataclass(stored: Any, live: Any, path: str, map_location: Any, problems: list[str]) -> Any:
+    if not is_dataclass_instance(live):
+        return conform(stored, live, map_location=map_location).value
+    if not isinstance(stored, dict):
+        problems.append(f"{path}: stored {type(stored).__name__}, the live value is a {type(live).__qualname__}")
+        return live
+    names = [item.name for item in dataclasses.fields(live)]
+    problems += [f"{path}.{name}: missing from the checkpoint" for name in names if name not in stored]
+    problems += [f"{path}.{name}: not a field of {type(live).__qualname__}" for name in stored if name not in names]
+    rebuilt = copy.copy(live)
+    for name in names:
+        if name in stored:
+            # object.__setattr__: frozen dataclasses and init=False fields are rebuilt the same way
+            object.__setattr__(rebuilt, name, _rebuild_dataclass(stored[name], getattr(live, name),
+                                                                  f"{path}.{name}", map_location, problems))
+    return rebuilt
 
 
 def _refresh_in_place(value: Any, loaded: Any) -> None:
@@ -345,6 +671,12 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
             return special
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
         return StateDictAdapter()
+    if is_dataclass_instance(value):
+        if "jax" in sys.modules:  # a registered pytree (flax.struct.dataclass): the JAX adapter keeps its type
+            special = importlib.import_module("opencheckpoint.adapters.jax").adapter_for(value)
+            if special is not None:
+                return special
+        return DataclassAdapter()
     if callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None)):
         return DumpLoadAdapter()
     if is_json_value(value) and isinstance(value, (dict, list)):

@@ -58,7 +58,7 @@ from ..dtypes import dtype_name
 from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
-from .base import Adapter, ComponentReader, ComponentWriter
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: PRNG implementations a key may be stored with (the spec's built-in names).
 KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -149,7 +149,14 @@ class JaxFramework:
 
     def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         _check_x64(dtype_name(data.dtype))
-        placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        try:
+            placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        except ValueError as exc:
+            if data.size:
+                raise
+            # JAX refuses empty arrays whose non-zero dimensions multiply past 2**63 (e.g. [2**61, 3, 0])
+            raise IncompatibleComponent(f"JAX cannot represent an empty {data.dtype.name} array of shape "
+                                        f"{list(data.shape)} ({exc}); read it with framework='numpy'") from None
         return placed
 
     def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
@@ -407,17 +414,21 @@ class PytreeAdapter(Adapter):
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
         writer.write_tree(storable(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         matcher = TreeMatcher(reader.map_location)
         restored = matcher.match(value, reader.tree("numpy"))
         _settle(matcher, strict, reader.name)
-        matcher.apply()
-        if isinstance(value, dict) and isinstance(restored, dict):
-            value.clear()
-            value.update(restored)
-        elif isinstance(value, list) and isinstance(restored, list):
-            value[:] = restored
-        return restored
+
+        def apply() -> Any:
+            matcher.apply()
+            if isinstance(value, dict) and isinstance(restored, dict):
+                value.clear()
+                value.update(restored)
+            elif isinstance(value, list) and isinstance(restored, list):
+                value[:] = restored
+            return restored
+
+        return PreparedRestore(apply)
 
 
 class NnxAdapter(Adapter):
@@ -431,15 +442,14 @@ class NnxAdapter(Adapter):
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
         writer.write_tree(nnx.to_pure_dict(nnx.state(value)))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         matcher = TreeMatcher(reader.map_location)
         matcher.match(value, reader.tree("numpy"))
         try:
             _settle(matcher, strict, reader.name)
         except IncompatibleComponent as exc:
             raise IncompatibleComponent(exc.message + _torch_hint(reader)) from None
-        matcher.apply()
-        return None
+        return PreparedRestore(matcher.apply)
 
 
 def _torch_hint(reader: ComponentReader) -> str:
@@ -462,13 +472,12 @@ class NnxStateAdapter(Adapter):
         writer.hints["framework"] = "jax"
         writer.write_tree(_nnx().to_pure_dict(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         nnx = _nnx()
         matcher = TreeMatcher(reader.map_location)
         pure = matcher.match(nnx.to_pure_dict(value), reader.tree("numpy"))
         _settle(matcher, strict, reader.name)
-        nnx.replace_by_pure_dict(value, pure)
-        return None
+        return PreparedRestore(partial(nnx.replace_by_pure_dict, value, pure))
 
 
 def _has_jax_leaf(value: Any) -> bool:
@@ -487,9 +496,19 @@ def adapter_for(value: Any) -> Adapter | None:
         if isinstance(value, nnx.State):
             return NnxStateAdapter()
     root = type(value).__module__.split(".", 1)[0]
-    if root in ("jax", "jaxlib", "flax", "optax") or _has_jax_leaf(value):
+    if root in ("jax", "jaxlib", "flax", "optax") or _has_jax_leaf(value) or _is_registered_dataclass(value):
         return PytreeAdapter()
     return None
+
+
+def _is_registered_dataclass(value: Any) -> bool:
+    """A dataclass registered as a pytree node (``flax.struct.dataclass``, ``jax.tree_util.register_dataclass``)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return False
+    leaves = jax.tree_util.tree_leaves(value, is_leaf=lambda x: x is not value)
+    return not (len(leaves) == 1 and leaves[0] is value)
 
 
 def restore_nnx(

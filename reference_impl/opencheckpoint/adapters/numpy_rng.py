@@ -27,13 +27,15 @@ True
 
 from __future__ import annotations
 
+import copy
+import functools
 import random
 from typing import Any
 
 import numpy as np
 
 from ..errors import IncompatibleComponent
-from .base import Adapter, ComponentReader, ComponentWriter
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: Mersenne-Twister words plus the position, as ``random.Random.getstate()`` gives them.
 _PY_STATE_WORDS = 625
@@ -129,9 +131,10 @@ class GeneratorAdapter(Adapter):
         writer.hints["class"] = f"numpy.random.{type(value).__name__}"
         writer.write_tree(generator_state(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        set_generator_state(value, _stored_dict(reader))
-        return None
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        state = _stored_dict(reader)
+        set_generator_state(copy.deepcopy(value), state)  # a scratch copy takes the checks; value is untouched
+        return PreparedRestore(functools.partial(set_generator_state, value, state))
 
 
 class RandomStateAdapter(Adapter):
@@ -143,9 +146,10 @@ class RandomStateAdapter(Adapter):
         writer.hints["class"] = "numpy.random.RandomState"
         writer.write_tree(random_state_state(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        set_random_state_state(value, _stored_dict(reader))
-        return None
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        state = _stored_dict(reader)
+        set_random_state_state(np.random.RandomState(), state)  # checked on a scratch generator
+        return PreparedRestore(functools.partial(set_random_state_state, value, state))
 
 
 class PythonRandomAdapter(Adapter):
@@ -157,9 +161,10 @@ class PythonRandomAdapter(Adapter):
         writer.hints["class"] = "random.Random"
         writer.write_tree(python_random_state(value))
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        set_python_random_state(value, _stored_dict(reader))
-        return None
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        state = _stored_dict(reader)
+        set_python_random_state(random.Random(), state)  # checked on a scratch generator
+        return PreparedRestore(functools.partial(set_python_random_state, value, state))
 
 
 def adapter_for(value: Any) -> Adapter | None:

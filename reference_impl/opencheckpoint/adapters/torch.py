@@ -30,6 +30,7 @@ DtypeValue(name='float8_e4m3fn')
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,9 +39,10 @@ import torch
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
+from ..tree.decode import empty_array
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
-from .base import Adapter, ComponentReader, ComponentWriter
+from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, read_state, write_state
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -84,6 +86,7 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if tensor.is_quantized or tensor.is_nested:
         raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
                                section="R-TREE-1")
+    _check_has_host_data(tensor)
     name = dtype_name_of(tensor.dtype)
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
@@ -93,10 +96,45 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
         tensor = tensor.resolve_conj()
     if tensor.is_neg():
         tensor = tensor.resolve_neg()
+    if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
+        return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
     carrier = _BIT_CARRIERS.get(name)
     if carrier is None:
         return tensor.numpy()
     return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+
+
+#: Tensor types whose bytes are the tensor's own storage: everything else is refused at save.
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _check_has_host_data(tensor: torch.Tensor) -> None:
+    """Refuse tensors whose values are not in their own storage (R-WTR-3): never store what is not the data.
+
+    A wrapper subclass (``DTensor``, ``FakeTensor``, ``FunctionalTensor``)
+    or any other subclass may hold its values elsewhere (a DTensor's local
+    shard; nowhere at all), and ``Tensor.numpy()`` on it would read
+    uninitialized memory. Meta tensors and storage-less tensors have no data.
+    """
+    kind = type(tensor)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if kind not in _PLAIN_TENSOR_TYPES:
+        if kind.__name__ == "DTensor":
+            fix = ("gather it with .full_tensor() (or store each rank's .to_local() shard under its own "
+                   "component name) until sharded saves exist")
+        elif kind.__name__ in ("FakeTensor", "FunctionalTensor"):
+            fix = "it has no real data: save the real model outside the tracing/compilation context"
+        else:
+            fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
+        raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
+                               f"its own storage; {fix}", section="R-WTR-3")
+    if tensor.device.type == "meta":
+        raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)", section="R-WTR-3")
+    try:
+        tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", section="R-WTR-3") from None
 
 
 def to_tree_value(value: Any) -> Any:
@@ -151,9 +189,11 @@ def numpy_to_tensor(data: np.ndarray, *, share: bool = True) -> torch.Tensor:
 
 def _wrap(data: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` for every table dtype (bfloat16/float8 through a same-width integer view)."""
+    dtype = _torch_dtype_for(data)
+    if data.size == 0:  # no byte to share; NumPy may refuse views of e.g. shape [2**61, 3, 0]
+        return torch.empty(data.shape, dtype=dtype)
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
-    dtype = _torch_dtype_for(data)
     carrier = _BIT_CARRIERS.get(TORCH_DTYPE_NAMES[dtype])
     if carrier is None:
         return torch.from_numpy(data)
@@ -240,15 +280,39 @@ class TorchStateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        writer.write_tree(value.state_dict())
+        write_state(writer, value.state_dict())
 
-    def load(self, value: Any, reader: ComponentReader, *, strict: str) -> Any:
-        state = reader.tree("torch")
-        try:
-            value.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
-            raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
-        return None
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        state = read_state(reader, "torch")
+        checked = False
+        if isinstance(value, torch.optim.Optimizer):
+            _check_optimizer_state(value, state)
+            checked = True  # what Optimizer.load_state_dict rejects was checked just above
+
+        def apply() -> None:
+            try:
+                value.load_state_dict(state)
+            except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
+                raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
+
+        return PreparedRestore(apply, checked=checked)
+
+
+def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None:
+    """What ``Optimizer.load_state_dict`` checks, checked before anything is applied (same messages)."""
+    prefix = f"{type(optimizer).__name__}.load_state_dict failed (checked before restoring anything): "
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    if not isinstance(groups, list) or not isinstance(state.get("state"), dict):
+        raise IncompatibleComponent(prefix + "stored value is not an optimizer state dict ('state' and 'param_groups')")
+    own = optimizer.param_groups
+    if len(groups) != len(own):
+        raise IncompatibleComponent(prefix + "loaded state dict has a different number of parameter groups "
+                                    f"({len(groups)} stored, {len(own)} in the optimizer)")
+    for index, (stored, live) in enumerate(zip(groups, own, strict=True)):
+        params = stored.get("params") if isinstance(stored, dict) else None
+        if not isinstance(params, list) or len(params) != len(live["params"]):
+            raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the "
+                                        "size of the optimizer's group")
 
 
 class GeneratorAdapter(Adapter):
@@ -260,16 +324,21 @@ class GeneratorAdapter(Adapter):
         writer.hints.update(framework="torch", **{"class": "torch.Generator"})
         writer.write_tree({"device": str(value.device), "state": value.get_state()})
 
-    def load(self, value: torch.Generator, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: torch.Generator, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         stored = reader.tree("numpy")
         state = stored.get("state") if isinstance(stored, dict) else None
         if not isinstance(state, np.ndarray) or state.dtype != np.uint8 or state.ndim != 1:
             raise IncompatibleComponent("generator component needs a 1-d uint8 'state' array")
-        try:
-            value.set_state(torch.from_numpy(np.array(state)))
+        tensor = torch.from_numpy(np.array(state))
+        try:  # on a scratch generator of the same device: the live one is touched only in phase 2
+            torch.Generator(value.device).set_state(tensor)
         except RuntimeError as exc:
             raise IncompatibleComponent(f"torch.Generator.set_state failed: {exc}") from exc
-        return None
+
+        def apply() -> None:
+            value.set_state(tensor)
+
+        return PreparedRestore(apply)
 
 
 class ModuleAdapter(Adapter):
@@ -287,9 +356,15 @@ class ModuleAdapter(Adapter):
 
     def save(self, value: torch.nn.Module, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        writer.write_tree(value.state_dict())
+        state = value.state_dict()
+        versions = _version_metadata(state)
+        if versions is not None:
+            # torch's per-submodule versions (OrderedDict._metadata) are not tree data: they are kept
+            # in the component record and re-attached on load, never dropped.
+            writer.metadata = {VERSION_METADATA_KEY: versions}
+        writer.write_tree(dict(state))
 
-    def load(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> Any:
+    def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
@@ -312,16 +387,63 @@ class ModuleAdapter(Adapter):
             raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
                                         + "; ".join(problems))
         bad = {name.split(" ", 1)[0] for name in mismatched}
-        matching = {k: v for k, v in stored.items() if k in own and k not in bad}
-        try:
-            with torch.no_grad():
-                value.load_state_dict(matching, strict=not problems)
-        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
-        if problems and strict == "warn":
-            warnings.warn(f"component {reader.name!r}: loaded {len(matching)} of {len(own)} entries; "
-                          + "; ".join(problems), stacklevel=4)
+        matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
+        matching._metadata = _stored_version_metadata(reader, own)  # type: ignore[attr-defined]  # torch's convention
+        name = reader.name
+
+        def apply() -> None:
+            try:
+                with torch.no_grad():
+                    value.load_state_dict(matching, strict=not problems)
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+            if problems and strict == "warn":
+                warnings.warn(f"component {name!r}: loaded {len(matching)} of {len(own)} entries; "
+                              + "; ".join(problems), stacklevel=5)
+
+        return PreparedRestore(apply)
+
+
+#: Component metadata key holding a module state dict's ``_metadata`` (per-submodule versions).
+VERSION_METADATA_KEY = "torch_module_versions"
+
+
+#: What ``nn.Module.state_dict`` records for a submodule that does not set ``_version`` itself.
+_DEFAULT_VERSION = {"version": 1}
+
+
+def _version_metadata(state: Any) -> dict[str, Any] | None:
+    """The entries of a module state dict's ``_metadata`` (submodule prefix -> {"version": int}) that differ
+    from the default ``{"version": 1}``, as JSON; None when every entry is the default.
+
+    Only non-default entries are recorded, so a component of ordinary modules
+    is written exactly as before versions were kept; loading restores the
+    default for every prefix not recorded.
+    """
+    from .base import is_json_value
+
+    metadata = getattr(state, "_metadata", None)
+    if metadata is None:
         return None
+    plain = {str(prefix): dict(entry) for prefix, entry in metadata.items() if dict(entry) != _DEFAULT_VERSION}
+    if not plain:
+        return None
+    if not is_json_value(plain):
+        raise UnsupportedValue("the state dict's _metadata (module versions) is not JSON; it would be lost",
+                               field="$._metadata")
+    return plain
+
+
+def _stored_version_metadata(reader: ComponentReader, live: Any) -> Any:
+    """``_metadata`` for ``load_state_dict``: the recorded entries, the default for every other prefix of the
+    live module's own state dict."""
+    metadata = reader.record.metadata
+    stored = metadata.get(VERSION_METADATA_KEY, {}) if isinstance(metadata, dict) else {}
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
+        raise IncompatibleComponent(f"component metadata {VERSION_METADATA_KEY!r} is not a map of module versions")
+    prefixes = list(getattr(live, "_metadata", {}) or {})
+    prefixes += [prefix for prefix in stored if prefix not in prefixes]
+    return OrderedDict((prefix, dict(stored.get(prefix, _DEFAULT_VERSION))) for prefix in prefixes)
 
 
 def _describe(tensor: torch.Tensor) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..dtypes import dtype_name, numpy_dtype
+from ..tree.decode import empty_array
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
 #: Appendix B.6: byte strings up to this length are rendered in full.
@@ -182,7 +183,7 @@ def array_value(node: dict[str, Any]) -> np.ndarray:
     dtype = numpy_dtype(node["dtype"])
     shape = tuple(node["shape"])
     if node["nbytes"] == 0:
-        return np.zeros(shape, dtype=dtype)
+        return empty_array(shape, dtype)
     return np.frombuffer(bytearray(blob_bytes(node)), dtype=dtype).reshape(shape)
 
 

@@ -5,8 +5,10 @@ Subclass it in your test suite as ``TestMyThing`` (the base class has no
 your live object, and inherit about a dozen tests: round trips in both
 forms, restoring into a fresh object, idempotent re-saving, validation,
 reading without the live object, strictness on mismatches, corruption
-detection that leaves the target untouched, spec-defined files only, and
-no import of anything a checkpoint names.
+detection that leaves the target untouched, restores that are atomic across
+components (a corrupt or mismatched component anywhere in the load leaves
+every target untouched), spec-defined files only, and no import of anything
+a checkpoint names.
 
 A subclass provides:
 
@@ -29,8 +31,8 @@ A subclass provides:
 >>> for name in sorted(name for name in dir(TestArray) if name.startswith("test_"))[:3]:
 ...     print(name)
 test_assert_restored_detects_a_difference
-test_corrupted_data_raises_and_leaves_target_untouched
-test_idempotent_second_save
+test_corrupt_component_leaves_other_components_untouched
+test_corrupt_other_component_leaves_target_untouched
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import struct
 import sys
 import warnings
 import zipfile
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -98,22 +100,27 @@ class AdapterTests:
 
     # -- helpers a subclass may use or override ------------------------------------------------
     def new_checkpoint(self, value: Any, *, format: Form = "directory", strict: str = "error",
-                       **others: Any) -> Checkpoint:
-        """A checkpoint holding ``value`` as :attr:`component` (and ``others`` with automatic adapters)."""
+                       first: Mapping[str, Any] | None = None, **others: Any) -> Checkpoint:
+        """A checkpoint holding ``value`` as :attr:`component` and ``others`` (automatic adapters);
+        the components in ``first`` are registered (so saved and restored) before :attr:`component`."""
         ckpt = Checkpoint(format=format, strict=strict, durable=False)  # type: ignore[arg-type]  # Checkpoint checks it
+        for name, other in (first or {}).items():
+            ckpt.register(name, other)
         ckpt.register(self.component, value, adapter=self.adapter)
         for name, other in others.items():
             ckpt.register(name, other)
         return ckpt
 
-    def save(self, value: Any, path: Path, *, format: Form = "directory", **others: Any) -> Path:
+    def save(self, value: Any, path: Path, *, format: Form = "directory", first: Mapping[str, Any] | None = None,
+             **others: Any) -> Path:
         """Save with a fixed checkpoint id and time, so equal states give equal bytes."""
-        return self.new_checkpoint(value, format=format, **others).save(
+        return self.new_checkpoint(value, format=format, first=first, **others).save(
             path, checkpoint_id=_CHECKPOINT_ID, created_at=_CREATED_AT)
 
-    def restore(self, path: Path, target: Any, *, strict: str = "error", **others: Any) -> tuple[Any, LoadResult]:
+    def restore(self, path: Path, target: Any, *, strict: str = "error", first: Mapping[str, Any] | None = None,
+                **others: Any) -> tuple[Any, LoadResult]:
         """Load ``path`` into ``target``; return the restored object and the load result."""
-        result = self.new_checkpoint(target, strict=strict, **others).load(path)
+        result = self.new_checkpoint(target, strict=strict, first=first, **others).load(path)
         return self.restored_value(target, result.values.get(self.component)), result
 
     def restored_value(self, target: Any, loaded: Any) -> Any:
@@ -205,6 +212,48 @@ class AdapterTests:
         with pytest.raises(IntegrityError):
             read_component(path, self.component)
 
+    # -- atomic across components: Checkpoint.load verifies everything before it applies anything --
+    @pytest.mark.parametrize("form", _FORMS)
+    def test_corrupt_other_component_leaves_target_untouched(self, tmp_path: Path, form: Form) -> None:
+        """Another component of the same load is corrupt: IntegrityError, and this target is as it was.
+
+        The other component is registered after this one, so an adapter that
+        modifies its target before every component is verified fails here.
+        """
+        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form,
+                         zz_other=_sentinel_value(0))
+        flip_byte(path, "zz_other")
+        target = self.make_value(1)
+        before = component_files(self.save(target, tmp_path / "before"), self.component)
+        other = _sentinel_value(1)
+        with pytest.raises(IntegrityError):
+            self.restore(path, target, zz_other=other)
+        after = component_files(self.save(target, tmp_path / "after"), self.component)
+        assert after == before, "the adapter modified its target although another component failed verification"
+        assert_tree_equal(other, _sentinel_value(1))
+
+    @pytest.mark.parametrize("form", _FORMS)
+    def test_corrupt_component_leaves_other_components_untouched(self, tmp_path: Path, form: Form) -> None:
+        """This component is corrupt: IntegrityError, and a component registered before it is unchanged."""
+        path = self.save(self.make_value(0), tmp_path / f"ckpt-{form}", format=form,
+                         first={"aa_other": _sentinel_value(0)})
+        flip_byte(path, self.component)
+        other = _sentinel_value(1)
+        with pytest.raises(IntegrityError):
+            self.restore(path, self.make_value(1), first={"aa_other": other})
+        assert_tree_equal(other, _sentinel_value(1))
+
+    def test_mismatch_leaves_other_components_untouched(self, tmp_path: Path) -> None:
+        """``strict="error"`` and a target this state does not fit: nothing at all is restored."""
+        mismatched = self._mismatched()
+        path = self.save(self.make_value(0), tmp_path / "ckpt", first={"aa_other": _sentinel_value(0)},
+                         zz_other=_sentinel_value(2))
+        first, last = _sentinel_value(1), _sentinel_value(3)
+        with pytest.raises(IncompatibleComponent):
+            self.restore(path, mismatched, strict="error", first={"aa_other": first}, zz_other=last)
+        assert_tree_equal(first, _sentinel_value(1))
+        assert_tree_equal(last, _sentinel_value(3))
+
     def test_writes_only_spec_defined_files(self, tmp_path: Path) -> None:
         """Every file is one the spec defines for the kind (or one the subclass declares): no pickles."""
         path = self.save(self.make_value(0), tmp_path / "ckpt")
@@ -252,6 +301,11 @@ class AdapterTests:
 
 
 # -- helpers usable on their own ------------------------------------------------------------------------
+def _sentinel_value(seed: int) -> dict[str, Any]:
+    """The other component of the cross-component tests: NumPy arrays restored in place."""
+    return {"a": np.arange(seed, seed + 6, dtype=np.int64), "b": np.full((2, 3), seed, dtype=np.float32)}
+
+
 def _manifest(path: Path) -> dict[str, Any]:
     with CheckpointReader(path) as reader:
         return reader.manifest

@@ -604,6 +604,36 @@ class _FastWalk:
 _PLAIN = frozenset({int, str, float, bytes, bool, type(None)})
 
 
+def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zero-element array of exactly ``shape`` and ``dtype``, also where NumPy refuses ``np.empty``.
+
+    NumPy rejects ``np.empty((2**61, 3, 0), float64)`` ("array is too big":
+    it multiplies the non-zero dimensions by the itemsize), although the
+    array holds no byte and the spec allows its shape (R-ARR-4). A 1-byte
+    array of the shape is allowed whenever the product of its non-zero
+    dimensions stays below 2**63; viewed as ``dtype`` it keeps the shape.
+    Beyond that, NumPy cannot represent the shape at all, and the read fails
+    with :class:`~opencheckpoint.errors.IncompatibleComponent` (a limit of
+    this runtime, not a defect of the file).
+
+    >>> a = empty_array((2**61, 3, 0), np.dtype(np.float64))
+    >>> a.shape == (2**61, 3, 0), a.size, a.dtype.name
+    (True, 0, 'float64')
+    """
+    try:
+        return np.empty(shape, dtype=dtype)
+    except ValueError:
+        pass
+    try:
+        return np.empty(shape, dtype=np.uint8).view(dtype)
+    except ValueError:
+        from ..errors import IncompatibleComponent
+
+        raise IncompatibleComponent(f"NumPy cannot represent an empty {dtype.name} array of shape {list(shape)} "
+                                    "(the product of its non-zero dimensions reaches 2**63)",
+                                    section="R-ARR-4") from None
+
+
 def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
     """Replace every placeholder (ArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``."""
     kind = type(value)

@@ -15,8 +15,10 @@ byte is hashed twice.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -137,8 +139,10 @@ class TreePlan:
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
             raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, section="R-LIM-10")
-        if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
+        if kind is dict:
             return self._dict(value, depth, path)
+        if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
+            return self._dict(self._plain_mapping(value, path), depth, path)
         if kind is list:
             return [self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value)]
         if isinstance(value, tuple):
@@ -150,17 +154,12 @@ class TreePlan:
                 body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
                         for name, item in zip(names, value, strict=True)}
                 return [_MARK[Tag.NAMED_TUPLE], type_name, body]
+            if kind is not tuple and not _is_size(value):
+                raise _lost_subclass(value, path)
             return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
-        if isinstance(value, bool):
-            return bool(value)
-        if isinstance(value, int):
-            return self._node(int(value), depth, path)
-        if isinstance(value, float):
-            return float(value)
-        if isinstance(value, str):
-            return str(value)
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value)
+        if isinstance(value, (bool, int, float, str, bytes, bytearray, memoryview)):
+            # A subclass (an IntEnum, a StrEnum, a bytearray) would come back as the plain type.
+            raise _lost_subclass(value, path)
         if kind is complex:
             return [_MARK[Tag.COMPLEX], value.real, value.imag]
         if isinstance(value, np.ndarray):
@@ -172,14 +171,59 @@ class TreePlan:
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
             return [_MARK[Tag.DTYPE], dtype_name(np.dtype(value))]
         if self._convert is not None:
-            replacement = self._convert(value)
+            try:
+                replacement = self._convert(value)
+            except CheckpointError as exc:
+                raise exc.at(field=path) from None
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            raise UnsupportedValue(
+                f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
+                "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
+                "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
+                field=path, section="R-WTR-3")
+        if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+            fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
+                   "saves it with StateDictAdapter, keeping its state whole)")
+        else:
+            fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
+        raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
+                               field=path, section="R-WTR-3")
+
+    def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
+        """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
+
+        An ``OrderedDict`` is stored as a plain dict (spec §8.3). Every other
+        mapping type, and any mapping carrying instance attributes (torch's
+        ``OrderedDict._metadata``), would lose its type or attributes: a
+        framework converter may turn it into plain values (``FrozenDict``),
+        otherwise the value is refused (R-WTR-3) naming what would be lost.
+        """
+        kind = type(value)
+        attributes = sorted(vars(value)) if hasattr(value, "__dict__") else []
+        if kind is OrderedDict and not attributes:
+            return value
+        if not attributes and self._convert is not None and not isinstance(value, dict):
+            replacement = self._convert(value)
+            if replacement is not NOT_HANDLED:
+                if type(replacement) is not dict:
+                    raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
+                                           f"{type(replacement).__qualname__}, not a dict", field=path,
+                                           section="R-WTR-3")
+                return replacement
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        if attributes:
+            lost = f"its attribute{'s' if len(attributes) > 1 else ''} {', '.join(attributes)} would be lost"
+            hint = (" (a torch module state dict: store the module itself as a component, whose adapter keeps "
+                    "the module versions, or store dict(state_dict) to drop them deliberately)"
+                    if attributes == ["_metadata"] else "")
+        else:
+            lost, hint = "it would come back as a plain dict", ""
         raise UnsupportedValue(
-            f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree "
-            "(register an adapter or convert it to arrays, dicts, lists and scalars)",
-            field=path, section="R-WTR-3",
-        )
+            f"cannot store this {name} as a tree dict: {lost}{hint}. Convert it to a plain dict, or use an "
+            "adapter that keeps it (StateDictAdapter for objects with state_dict(), or your own Adapter)",
+            field=path, section="R-WTR-3")
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -192,13 +236,14 @@ class TreePlan:
                 except CheckpointError:
                     out[key] = self._array(item, f"{path}.{key}")
                 continue
-            if type(key) is str or (isinstance(key, int) and not isinstance(key, bool) and INT_MIN <= key <= INT_MAX):
-                key_path = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]"
-                out[key if type(key) is str else (str(key) if isinstance(key, str) else int(key))] = self._node(
-                    item, depth + 1, key_path)
+            # Exact types only: an enum key would come back as the plain str or int (R-WTR-8).
+            if type(key) is str or (type(key) is int and INT_MIN <= key <= INT_MAX):
+                key_path = f"{path}.{key}" if type(key) is str else f"{path}[{key}]"
+                out[key] = self._node(item, depth + 1, key_path)
             else:
                 raise UnsupportedValue(
-                    f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int",
+                    f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int (a subclass such as an "
+                    "enum would come back as the plain type: use str(key) or int(key))",
                     field=path, section="R-TREE-10",
                 )
         return out
@@ -324,6 +369,22 @@ class TreePlan:
             return packed
         except UnicodeEncodeError as exc:
             raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-9") from None
+
+
+def _is_size(value: tuple[Any, ...]) -> bool:
+    """``torch.Size``: a tuple of ints by definition, stored as a tuple (a live ``torch.Size`` target gets one)."""
+    kind = type(value)
+    return kind.__name__ == "Size" and kind.__module__ == "torch"
+
+
+def _lost_subclass(value: Any, path: str) -> UnsupportedValue:
+    kind = type(value)
+    base = next(b for b in (bool, int, float, str, bytes, tuple) if isinstance(value, b)) if not isinstance(
+        value, (bytearray, memoryview)) else bytes
+    return UnsupportedValue(
+        f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
+        f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
+        "or register an adapter for it", field=path, section="R-WTR-3")
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:
