@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from opencheckpoint import Checkpoint, PRNGKeyValue, read_component, validate
+from opencheckpoint import Checkpoint, PRNGKeyValue, open_checkpoint, read_component, validate
 from opencheckpoint.converters import ConversionError, convert, detect_source
 
 torch = pytest.importorskip("torch")
@@ -237,3 +237,15 @@ def test_orbax_manager_directory_converts_newest_step_items(tmp_path: Path) -> N
     assert read_component(older, "config") == {"lr": 0.1}
     with pytest.raises(ConversionError, match=r"has: \[1, 2\]"):
         convert(tmp_path / "run", tmp_path / "ckpt9", step=9)
+
+
+def test_torch_module_state_keeps_its_module_versions(tmp_path: Path) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))  # BatchNorm's _version is 2
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    out = convert(tmp_path / "net.pt", tmp_path / "ckpt", source="torch")
+    with open_checkpoint(out) as ckpt:
+        record = ckpt.manifest["components"]["model"]
+    assert record["metadata"]["torch_module_versions"]["1"] == {"version": 2}
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    assert Checkpoint(model=fresh).load(out).loaded == {"model"}
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(), strict=True))

@@ -8,13 +8,14 @@ not guessed: an optimizer's state dict and a training-state dict look alike.
 
 from __future__ import annotations
 
-import pickle
 import re
 import zipfile
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.base import ComponentWriter, TreeAdapter
 from ..paths import SEGMENT_PATTERN
 from ._common import ConversionError, Foreign, converted_from, require
 
@@ -61,10 +62,15 @@ def load_weights_only(path: Path) -> Any:
     torch = require("torch", "torch", "reading torch.save files")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ConversionError(f"{PICKLE_ONLY_HINT} (torch: {_first_sentence(str(exc))})", file=str(path)) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise ConversionError(f"not a readable torch.save file: {exc}", file=str(path)) from None
+    except Exception as exc:
+        # torch's weights-only unpickler refuses with pickle.UnpicklingError; matched by name so this module
+        # never imports pickle (loading never runs code, and nothing here needs the module itself).
+        if any(cls.__name__ == "UnpicklingError" for cls in type(exc).__mro__):
+            raise ConversionError(f"{PICKLE_ONLY_HINT} (torch: {_first_sentence(str(exc))})",
+                                  file=str(path)) from None
+        if isinstance(exc, (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile)):
+            raise ConversionError(f"not a readable torch.save file: {exc}", file=str(path)) from None
+        raise
 
 
 def read_torch(path: Path, component: str = "model", *, split: bool = False) -> Foreign:
@@ -72,7 +78,30 @@ def read_torch(path: Path, component: str = "model", *, split: bool = False) -> 
     value = load_weights_only(path)
     metadata = {"converted_from": converted_from("torch", path)}
     components = split_components(value, path) if split else {component: value}
-    return Foreign(components=components, metadata=metadata)
+    # A module's state dict carries its submodules' versions in ``_metadata``: kept the way the module
+    # adapter keeps them (component metadata), so loading into a live module sees them again.
+    adapters = {name: MODULE_STATE_ADAPTER for name, part in components.items() if is_module_state(part)}
+    return Foreign(components=components, metadata=metadata, adapters=dict(adapters))
+
+
+def is_module_state(value: Any) -> bool:
+    """A module's ``state_dict()`` as read from a file: an OrderedDict with torch's ``_metadata``."""
+    return isinstance(value, OrderedDict) and getattr(value, "_metadata", None) is not None
+
+
+class ModuleStateAdapter(TreeAdapter):
+    """A module state dict read from a file: the tree, plus its ``_metadata`` as the module adapter records it."""
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        from ..adapters.torch import VERSION_METADATA_KEY, _version_metadata
+
+        versions = _version_metadata(value)
+        if versions is not None:
+            writer.metadata = {VERSION_METADATA_KEY: versions}
+        writer.write_tree(dict(value))
+
+
+MODULE_STATE_ADAPTER = ModuleStateAdapter()
 
 
 def _first_sentence(text: str) -> str:

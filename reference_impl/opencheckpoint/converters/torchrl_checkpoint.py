@@ -37,6 +37,7 @@ from ..dtypes import dtype_name, numpy_dtype
 from ..errors import CheckpointError
 from ..tree.nodes import DtypeValue
 from ._common import ConversionError, CopiedFiles, FilesAdapter, Foreign, converted_from, require
+from .torch_file import MODULE_STATE_ADAPTER, is_module_state
 
 FORMAT_NAME: Final = "torchrl.checkpoint"
 MANIFEST: Final = "manifest.json"
@@ -129,7 +130,9 @@ def read_torchrl(path: Path) -> Foreign:
                 if adapter == "torchrl.json":
                     foreign.components[name] = source.json(posixpath.join(record["path"], "value.json"))
                 elif adapter == "torchrl.state_dict":
-                    foreign.components[name] = _state_dict(source, record["path"], files)
+                    foreign.components[name] = state = _state_dict(source, record["path"], files)
+                    if is_module_state(state):
+                        foreign.adapters[name] = MODULE_STATE_ADAPTER
                 else:
                     foreign.components[name] = CopiedFiles(
                         {rel: source.read(posixpath.join(record["path"], rel)) for rel in files})
