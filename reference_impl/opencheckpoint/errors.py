@@ -188,6 +188,16 @@ class UnsupportedValue(CheckpointError):
     error_class = "UnsupportedValue"
 
 
+class ConcurrentModification(CheckpointError):
+    """Another process replaced, removed or is writing the checkpoint while this one read or wrote it.
+
+    Not a defect of any file: reading again (or saving again) normally succeeds. Readers retry
+    once by themselves where a retry can give a whole answer (spec R-RDR-13, R-RDR-14).
+    """
+
+    error_class = "ConcurrentModification"
+
+
 #: Every error class by its protocol name (conformance: ``error: <Class>: ...``).
 ERROR_CLASSES: dict[str, type[CheckpointError]] = {
     cls.error_class: cls
@@ -209,5 +219,6 @@ ERROR_CLASSES: dict[str, type[CheckpointError]] = {
         UnknownComponentKind,
         IncompatibleComponent,
         UnsupportedValue,
+        ConcurrentModification,
     )
 }

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .container.archive import ArchiveSource
-from .errors import CheckpointError, IntegrityError
+from .errors import CheckpointError, ConcurrentModification, IntegrityError
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .reader import CheckpointReader, array_view, verify_view
@@ -97,8 +97,17 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
 def validate(path: str | os.PathLike[str], *, progress: Any = None) -> ValidationReport:
     """Validate a checkpoint completely; never raises a :class:`CheckpointError`.
 
-    ``progress``, if given, is called with the number of bytes checked so far.
+    ``progress``, if given, is called with the number of bytes checked so far. A checkpoint
+    replaced by another process while it is validated is validated once more from the start
+    (R-RDR-13); a second race is reported as :class:`ConcurrentModification`.
     """
+    report = _validate_once(path, progress)
+    if any(issue.error == ConcurrentModification.error_class for issue in report.errors):
+        report = _validate_once(path, progress)
+    return report
+
+
+def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationReport:
     report = ValidationReport(str(path))
     issues: list[CheckpointError] = []
     try:
