@@ -143,6 +143,21 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
     to kinds this reader implements; the files of every component are
     checked in step 16.
     """
+    layouts, crc_checked = check_structure(reader, report)
+    # Step 16: the arrays of each tree component, then every file.
+    for decoded, data_file, size in layouts.values():
+        _check_arrays(reader, decoded, data_file, size, report)
+    _check_files(reader, report, progress, crc_checked)
+
+
+def check_structure(
+    reader: CheckpointReader, report: ValidationReport
+) -> tuple[dict[str, tuple[DecodedTree, str, int]], set[str]]:
+    """Steps 12-15 for every component, recording each error in ``report`` (no array byte is read).
+
+    Returns the components that passed, name -> (decoded tree, data file, its size), and the
+    payload files whose CRC-32C step 13 checked. ``inspect`` runs exactly this after the inventory.
+    """
     components = reader.components
     failed: set[str] = set()
     # Step 12: kind. A kind this reader does not implement is opaque (R-CMP-20), not an error.
@@ -176,10 +191,7 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
         where = _attempt(report, failed, name, reader.check_tree_layout, decoded)
         if where is not None:
             layouts[name] = (decoded, *where)
-    # Step 16: the arrays of each tree component, then every file.
-    for decoded, data_file, size in layouts.values():
-        _check_arrays(reader, decoded, data_file, size, report)
-    _check_files(reader, report, progress, crc_checked)
+    return layouts, crc_checked
 
 
 #: The payload file of each kind that has one (step 13).
