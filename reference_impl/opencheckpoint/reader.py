@@ -720,6 +720,11 @@ def _open_consistent(
     raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
 
 
+#: Errors of one rule reported one by one by the inventory; the rest are counted in one more error,
+#: so a manifest listing a million absent files costs a million lookups, not a million error objects.
+REPORTED_PER_RULE = 100
+
+
 def check_inventory(source: Source, parsed: ParsedManifest, issues: list[CheckpointError] | None) -> None:
     """Step 10 (entry types, listed files present, unlisted files, archive members) and step 11 (sizes)."""
     files, errors, rejected = source.inventory()
@@ -728,13 +733,26 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
     def under_rejected(rel: str) -> bool:
         return any(rel == bad or rel.startswith(bad + "/") for bad in rejected)
 
+    missing = 0
     for rel, (component, key) in listed.items():
         if rel not in files and not under_rejected(rel):
-            errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
-                                      field=field_of("components", component, "files", key), section="R-CON-3"))
+            missing += 1
+            if missing <= REPORTED_PER_RULE:
+                errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
+                                          field=field_of("components", component, "files", key),
+                                          section="R-CON-3"))
+    if missing > REPORTED_PER_RULE:
+        errors.append(MissingFile(f"and {missing - REPORTED_PER_RULE} more listed files are absent (not reported "
+                                  "one by one)", file=str(source.path), field="$.components", section="R-CON-3"))
+    extra = 0
     for rel in files:
         if rel != MANIFEST_NAME and rel not in listed:
-            errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+            extra += 1
+            if extra <= REPORTED_PER_RULE:
+                errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+    if extra > REPORTED_PER_RULE:
+        errors.append(ExtraFile(f"and {extra - REPORTED_PER_RULE} more files that no component lists (not "
+                                "reported one by one)", file=str(source.path), section="R-CON-2"))
     _raise_first(errors, issues)
     components = parsed.manifest.components
     for rel, (component, key) in listed.items():

@@ -52,9 +52,10 @@ def dumps(document: Any) -> str:
 
 
 def cmd_read(path: str, out: TextIO) -> None:
-    from .canonical import render_checkpoint
+    """Print the rendering: byte for byte ``dumps(render_checkpoint(path))``, written as it is made."""
+    from .canonical import write_checkpoint_rendering
 
-    out.write(dumps(render_checkpoint(path)))
+    write_checkpoint_rendering(path, out)
 
 
 def cmd_write(expected: str, out_path: str) -> None:
