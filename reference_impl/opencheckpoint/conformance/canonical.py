@@ -364,7 +364,7 @@ def _write_nodes(items: Any, write: Any, level: int) -> None:
         write(separator)
         kind = type(item)
         if item is None or kind is bool or (kind is int and -32 <= item <= 127) or (
-                not item and (kind is list or kind is tuple or kind is dict)):
+                (kind is list or kind is tuple or kind is dict) and not item):
             key = (level + 1, kind, item if kind is not list and kind is not dict else None)
             text = _LEAF_TEXT.get(key)
             if text is None:
