@@ -64,9 +64,21 @@ class DecodedTree:
     has_placeholders: bool
 
 
+#: A str key longer than this appears shortened in tree paths: every node below a key repeats the
+#: key in its path, so a key of megabytes would make decoding quadratic in the document's size.
+PATH_KEY_CHARS = 64
+
+
 def _key_path(path: str, key: str | int) -> str:
+    """The path of a map entry: ``$.name``, ``$['not an identifier']``, ``$[3]``; a long key shortened.
+
+    >>> _key_path("$", "w"), _key_path("$", 3), _key_path("$", "a" * 70)
+    ('$.w', '$[3]', "$['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (+6 chars)]")
+    """
     if isinstance(key, int):
         return f"{path}[{key}]"
+    if len(key) > PATH_KEY_CHARS:
+        return f"{path}[{key[:PATH_KEY_CHARS]!r}... (+{len(key) - PATH_KEY_CHARS} chars)]"
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
 
@@ -509,7 +521,8 @@ class _FastWalk:
             for key, item in obj.items():
                 key_kind = type(key)
                 if key_kind is str:
-                    child = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+                    child = (f"{path}.{key}" if len(key) <= PATH_KEY_CHARS and key.isidentifier()
+                             else _key_path(path, key))
                 elif key_kind is int:
                     child = f"{path}[{key}]"
                 else:
