@@ -9,6 +9,7 @@ replaced under it; two saves racing on a missing target never leak a raw
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -185,3 +186,33 @@ def _read_once(path: Path, operation: str) -> str:
         return type(exc).error_class
     except Exception as exc:  # the property under test: nothing else escapes
         return f"raw {type(exc).__name__}: {exc}"
+
+
+def test_opening_with_no_descriptor_to_spare_holds_fewer_files(tmp_path: Path) -> None:
+    """Holding files open is best effort: at the descriptor limit a reader still opens and reads."""
+    import resource
+
+    path = _save(tmp_path / "ckpt", 1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    spare: list[int] = []
+    held = open_checkpoint(path)  # opened with descriptors to spare, for comparison
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+        while True:
+            try:
+                spare.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        for _ in range(5):  # room to open and list the checkpoint, not to hold its three files too
+            os.close(spare.pop())
+        with open_checkpoint(path) as tight:
+            assert len(tight.source._pinned) < 3  # type: ignore[attr-defined]  # a DirectorySource
+            for fd in spare[-8:]:
+                os.close(fd)
+            del spare[-8:]
+            assert tight.read("config") == held.read("config") == {"generation": 1}
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        held.close()

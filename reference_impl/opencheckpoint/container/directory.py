@@ -54,6 +54,10 @@ def pin_budget() -> int:
     return PIN_MAX_FILES if soft == resource.RLIM_INFINITY else max(0, min(PIN_MAX_FILES, soft // 4))
 
 
+class _OutOfDescriptors(Exception):
+    """Pinning stops: the process's descriptor limit is reached (never escapes :meth:`DirectorySource.pin`)."""
+
+
 class DirectorySource(Source):
     form = "directory"
 
@@ -89,7 +93,10 @@ class DirectorySource(Source):
         budget = pin_budget()
         for rel in listed[:budget]:
             if rel not in self._pinned:
-                self._pinned[rel] = self._open_path(rel)
+                try:
+                    self._pinned[rel] = self._open_path(rel, pinning=True)
+                except _OutOfDescriptors:  # the process holds many files already: the rest stay lazy
+                    break
 
     def _open(self, rel: str) -> int:
         """A descriptor of its own for ``rel`` (the caller closes it): a duplicate of a pinned one if held."""
@@ -106,7 +113,7 @@ class DirectorySource(Source):
                     file=rel, section="R-RDR-14") from exc
             raise
 
-    def _open_path(self, rel: str) -> int:
+    def _open_path(self, rel: str, *, pinning: bool = False) -> int:
         parts = rel.split("/")
         fd = self._root
         opened: list[int] = []
@@ -116,6 +123,8 @@ class DirectorySource(Source):
                 opened.append(fd)
             result = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
+            if pinning and exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise _OutOfDescriptors from None
             if exc.errno == errno.ENOENT:
                 raise MissingFile("listed in the manifest but absent", file=rel, section="R-CON-3") from None
             if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
