@@ -92,3 +92,32 @@ def test_inspect_clips_long_values_for_display(tmp_path: Path) -> None:
     # --json is for programs: every character is there.
     full = run("inspect", "--json", str(path))
     assert json.loads(full.stdout)["metadata"]["note"] == big
+
+
+#: Step 16 of the validation order: the only checks ``inspect`` leaves to ``validate``.
+_CONTENT_RULES = {"R-ARR-12", "R-ARR-13", "R-ARR-14", "R-CHK-7", "R-CHK-8", "R-ZIP-22"}
+_CASES = Path(__file__).resolve().parents[2] / "conformance" / "cases" / "v1"
+
+
+def test_inspect_rejects_every_must_reject_case_but_content_defects() -> None:
+    """Over the whole conformance suite: a defect inspect accepts is one only array or file bytes show."""
+    from opencheckpoint import validate
+    from opencheckpoint.errors import CheckpointError
+
+    accepted = []
+    for case in sorted(_CASES.iterdir()):
+        meta = json.loads((case / "case.json").read_text())
+        if meta["valid"]:
+            continue
+        target = case / (meta.get("read_path") or ("checkpoint" if meta["form"] == "directory" else "checkpoint.zip"))
+        try:
+            if not describe(target)["ok"]:
+                continue
+        except CheckpointError:
+            continue
+        first = validate(target).errors[0]
+        accepted.append(case.name)
+        assert first.section in _CONTENT_RULES, (case.name, first)
+        # A payload document's own checksum is checked (step 13): only data and files components' bytes pass.
+        assert first.section != "R-CHK-7" or not (first.file or "").endswith(("tree.msgpack", "value.json"))
+    assert accepted, "the suite has content defects; inspect must leave them to validate"
