@@ -109,7 +109,7 @@ def test_decoding_a_tree_of_empty_lists_stays_within_64_mib_plus_80_times_its_si
 
 
 @pytest.mark.parametrize("count", [100_000])
-def test_a_manifest_of_absent_files_stays_within_64_mib_plus_24_times_its_size(tmp_path: Path, count: int) -> None:
+def test_a_manifest_of_absent_files_stays_within_64_mib_plus_32_times_its_size(tmp_path: Path, count: int) -> None:
     """Every file is looked up; only the first REPORTED_PER_RULE are reported one by one, then a count."""
     path = Checkpoint(model={"w": np.zeros(2)}, durable=False).save(tmp_path / "ckpt")
 
@@ -122,7 +122,7 @@ def test_a_manifest_of_absent_files_stays_within_64_mib_plus_24_times_its_size(t
         stale.unlink()
     report = _measure("validate", path)
     assert report["result"] == [["MissingFile", "R-CON-3"]] * (REPORTED_PER_RULE + 1)
-    assert report["peak"] - report["base"] <= ALLOWANCE + 24 * size, report
+    assert report["peak"] - report["base"] <= ALLOWANCE + 32 * size, report
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "exact-parser"])
