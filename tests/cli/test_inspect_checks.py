@@ -121,3 +121,17 @@ def test_inspect_rejects_every_must_reject_case_but_content_defects() -> None:
         # A payload document's own checksum is checked (step 13): only data and files components' bytes pass.
         assert first.section != "R-CHK-7" or not (first.file or "").endswith(("tree.msgpack", "value.json"))
     assert accepted, "the suite has content defects; inspect must leave them to validate"
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, "bigint"], ids=["deep-json", "5000-digit-int"])
+def test_conformance_impl_write_reports_a_bad_rendering_as_a_checkpoint_error(tmp_path: Path, content: str) -> None:
+    if content == "bigint":
+        document = json.loads((Path(__file__).resolve().parents[2] / "conformance/cases/v1/tree-big-int/expected.json")
+                              .read_text())
+        document["components"]["t"]["content"]["root"]["items"][0]["value"] = "9" * 5000
+        content = json.dumps(document)
+    (tmp_path / "expected.json").write_text(content)
+    done = run("conformance", "impl", "write", str(tmp_path / "expected.json"), str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ManifestError: ") and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
