@@ -107,14 +107,16 @@ def publication_race(exc: OSError, target: Path) -> ConcurrentModification | Non
     """The error to raise when a save lost a race with another writer of ``target``, else None.
 
     Two saves to a missing target both see it missing; the second rename then meets the first
-    one's checkpoint (``Directory not empty``). Nothing of the losing save was published and the
-    winner's checkpoint is complete.
+    one's checkpoint (``Directory not empty``). Or, without an atomic exchange, another writer
+    renamed the target aside just before this one could (``No such file or directory`` for the
+    target). Nothing of the losing save was published; the other writer's work is left alone.
     """
-    if exc.errno not in _RACE_ERRNOS or not os.path.lexists(target):
+    moved_away = exc.errno == errno.ENOENT and exc.filename is not None and Path(exc.filename) == target
+    if not moved_away and (exc.errno not in _RACE_ERRNOS or not os.path.lexists(target)):
         return None
     return ConcurrentModification(
-        "another process published a checkpoint at this path while this save was writing it; this save "
-        f"published nothing ({exc.strerror}); save again to replace it", file=str(target))
+        "another process published or is publishing a checkpoint at this path while this save was writing "
+        f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
 
 
 class Checkpoint:

@@ -124,7 +124,7 @@ def test_two_saves_racing_on_a_missing_target_give_no_raw_os_error(tmp_path: Pat
 
     publish.FAULT_HOOK = other_writer_publishes_first
     try:
-        with pytest.raises(ConcurrentModification, match="another process published") as caught:
+        with pytest.raises(ConcurrentModification, match="another process published or is publishing") as caught:
             _save(target, 8)
     finally:
         publish.FAULT_HOOK = None
@@ -216,3 +216,24 @@ def test_opening_with_no_descriptor_to_spare_holds_fewer_files(tmp_path: Path) -
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         held.close()
+
+
+def test_a_save_whose_target_another_writer_moved_aside_gives_no_raw_os_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RENAME_EXCHANGE another writer may rename the target aside first (R-PUB-6): report the race."""
+    monkeypatch.setattr(publish, "USE_EXCHANGE", False)
+    target = _save(tmp_path / "ckpt", 1)
+    aside = tmp_path / ".ckpt.oc-old-otherwriter"
+
+    def other_writer_renames_it_first(operation: str) -> None:
+        if operation == "rename-old" and not aside.exists():
+            os.rename(target, aside)  # the other writer, between its two renames
+
+    publish.FAULT_HOOK = other_writer_renames_it_first
+    try:
+        with pytest.raises(ConcurrentModification, match="another process published or is publishing"):
+            _save(target, 2)
+    finally:
+        publish.FAULT_HOOK = None
+    # Readers still find the previous checkpoint, through the other writer's old copy (R-PUB-13).
+    assert read_component(target, "config") == {"generation": 1}
