@@ -43,6 +43,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             for error in (exc, *issues):
                 report.add(error)
         else:
+            reader.source.pin(reader.parsed.file_paths())  # read this checkpoint even if replaced now
             layouts, _ = check_structure(reader, report)  # steps 12-15 for every component
         manifest = reader.parsed.manifest
         summary: dict[str, Any] = {

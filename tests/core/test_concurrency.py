@@ -237,3 +237,20 @@ def test_a_save_whose_target_another_writer_moved_aside_gives_no_raw_os_error(
         publish.FAULT_HOOK = None
     # Readers still find the previous checkpoint, through the other writer's old copy (R-PUB-13).
     assert read_component(target, "config") == {"generation": 1}
+
+
+def test_inspect_describes_the_checkpoint_it_opened_when_replaced_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import opencheckpoint.inspect as inspect_module
+
+    path = _save(tmp_path / "ckpt", 1)
+    original = inspect_module.check_structure
+
+    def replaced_first(reader: Any, report: Any) -> Any:
+        _save(path, 2)  # deletes the files of the checkpoint being described
+        return original(reader, report)
+
+    monkeypatch.setattr(inspect_module, "check_structure", replaced_first)
+    summary = inspect_module.describe(path)
+    assert summary["ok"], summary["errors"]
+    assert {tuple(a["shape"]) for a in summary["components"]["model"]["arrays"]} == {(257,)}
