@@ -1022,6 +1022,18 @@ def _(b: Builder) -> None:
     b.raw_tree([M[3], b"\x05"])
 
 
+@case("tree-big-int-at-limit", "Big ints whose magnitude takes exactly 1,024 bytes (R-LIM-18), positive and "
+      "negative: 2,466 and 2,467 decimal digits, printable by every reader.", ["8.6", "R-LIM-18"])
+def _(b: Builder) -> None:
+    b.write({"t": tree([2**8191 - 1, -(2**8191)])})
+
+
+@case("reject-big-int-over-limit", "A big int whose magnitude takes 1,025 bytes (over R-LIM-18).", ["R-LIM-18"],
+      error="LimitExceeded")
+def _(b: Builder) -> None:
+    b.raw_tree([M[3], (2**8191).to_bytes(1025, "little", signed=True)])
+
+
 @case("reject-tag-field-count", "A complex node with one field.", ["R-TREE-16"], error="TreeError")
 def _(b: Builder) -> None:
     b.raw_tree([M[4], 1.0])

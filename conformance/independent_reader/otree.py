@@ -16,6 +16,7 @@ from errors import CheckpointError
 MAX_DEPTH = 128
 MAX_NODES = 10_000_000
 MAX_STRLEN = 256 * 1024 * 1024
+MAX_BIGINT = 1024  # bytes of a big int magnitude (R-LIM-18)
 
 DTYPES = {
     "bool": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
@@ -438,6 +439,9 @@ class _Decoder:
             return NNamedTuple(tn, d.items)
         if t == 3:
             mag = self.field(ptr + "/1", "bin")
+            if len(mag) > MAX_BIGINT:
+                self.err(ptr + "/1", f"big int magnitude of {len(mag)} bytes exceeds {MAX_BIGINT}", "R-LIM-18",
+                         "LimitExceeded")
             if len(mag) == 0:
                 self.err(ptr + "/1", "big int magnitude is empty", "R-TREE-21")
             if len(mag) >= 2 and ((mag[-1] == 0x00 and mag[-2] < 0x80) or (mag[-1] == 0xFF and mag[-2] >= 0x80)):

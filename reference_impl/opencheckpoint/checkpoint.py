@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
 from .location import local_path
 from .manifest import KIND_VERSIONS, MANIFEST_NAME
 from .models import FORMAT_NAME, FORMAT_VERSION
@@ -97,6 +98,26 @@ def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict
 
 def utc_timestamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+#: What rename(2) reports when another writer published at the target between our check and our rename.
+_RACE_ERRNOS = frozenset({errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR})
+
+
+def publication_race(exc: OSError, target: Path) -> ConcurrentModification | None:
+    """The error to raise when a save lost a race with another writer of ``target``, else None.
+
+    Two saves to a missing target both see it missing; the second rename then meets the first
+    one's checkpoint (``Directory not empty``). Or, without an atomic exchange, another writer
+    renamed the target aside just before this one could (``No such file or directory`` for the
+    target). Nothing of the losing save was published; the other writer's work is left alone.
+    """
+    moved_away = exc.errno == errno.ENOENT and exc.filename is not None and Path(exc.filename) == target
+    if not moved_away and (exc.errno not in _RACE_ERRNOS or not os.path.lexists(target)):
+        return None
+    return ConcurrentModification(
+        "another process published or is publishing a checkpoint at this path while this save was writing "
+        f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
 
 
 class Checkpoint:
@@ -205,19 +226,25 @@ class Checkpoint:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
-        with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
-            records = {name: self._save_component(name, staged.directory) for name in names}
-            staged.commit({
-                "format": FORMAT_NAME,
-                "format_version": FORMAT_VERSION,
-                "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
-                "created_at": created_at or utc_timestamp(),
-                "producer": {"name": "opencheckpoint-python", "version": _version(),
-                             "environment": runtime_environment()},
-                "metadata": user_metadata,
-                "extensions": {},
-                "components": records,
-            })
+        try:
+            with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
+                records = {name: self._save_component(name, staged.directory) for name in names}
+                staged.commit({
+                    "format": FORMAT_NAME,
+                    "format_version": FORMAT_VERSION,
+                    "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
+                    "created_at": created_at or utc_timestamp(),
+                    "producer": {"name": "opencheckpoint-python", "version": _version(),
+                                 "environment": runtime_environment()},
+                    "metadata": user_metadata,
+                    "extensions": {},
+                    "components": records,
+                })
+        except OSError as exc:
+            raced = publication_race(exc, target)
+            if raced is None:
+                raise
+            raise raced from exc
         return target
 
     def _save_component(self, name: str, staging: Path) -> dict[str, Any]:

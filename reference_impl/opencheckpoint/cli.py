@@ -55,45 +55,85 @@ def cmd_validate(args: argparse.Namespace) -> int:
             out.print(f"[green]valid[/green]: {args.path} ({report.checked_files} files, "
                       f"{report.checked_arrays} arrays, {_human(report.checked_bytes)} verified)")
         else:
-            out.print(f"[red]invalid[/red]: {args.path}: {len(report.errors)} error(s)")
-            for issue in report.errors:
-                out.print(f"  {issue.error}: file={issue.file or '-'} field={issue.field or '-'} "
-                          f"section={issue.section or '-'}: {issue.message}", markup=False)
+            out.print(f"[red]invalid[/red]: {clip(str(args.path))}: {len(report.errors)} error(s)")
+            _print_issues(out, report.errors)
     return EXIT_OK if report.ok else EXIT_INVALID
+
+
+#: Characters of one value shown by the human-readable output; ``--json`` shows everything.
+DISPLAY_CHARS = 200
+
+
+def clip(text: str, limit: int = DISPLAY_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how many more there are (display only).
+
+    Long values (a metadata string of megabytes, a tree key of a hundred MiB) are cut before
+    they reach the terminal renderer, whose line wrapping is not linear in the text's length.
+
+    >>> clip("abcdef", 3)
+    'abc... (3 more characters)'
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .inspect import describe
 
     summary = describe(args.path)
+    status = EXIT_OK if summary["ok"] else EXIT_INVALID
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
-        return EXIT_OK
+        return status
     out = output_console()
-    out.print(f"[bold]{summary['path']}[/bold] ({summary['form']}, format v{summary['format_version']})")
-    out.print(f"id {summary['checkpoint_id']}, created {summary['created_at']}, by "
-              f"{summary['producer']['name']} {summary['producer']['version']}")
+    out.print(f"{clip(summary['path'])} ({summary['form']}, format v{summary['format_version']})",
+              markup=False, style="bold")
+    producer = summary["producer"]
+    out.print(f"id {clip(summary['checkpoint_id'])}, created {clip(summary['created_at'])}, by "
+              f"{clip(producer['name'])} {clip(producer['version'])}", markup=False)
     if summary["metadata"]:
-        out.print("metadata: " + json.dumps(summary["metadata"], ensure_ascii=False), markup=False)
+        out.print("metadata: " + clip(json.dumps(summary["metadata"], ensure_ascii=False), 4 * DISPLAY_CHARS),
+                  markup=False)
     for name, ext in summary["extensions"].items():
-        out.print(f"extension {name} v{ext['version']} must_understand={ext['must_understand']}")
+        out.print(f"extension {clip(name)} v{ext['version']} must_understand={ext['must_understand']}",
+                  markup=False)
     table = Table("component", "kind", "size", "arrays", "class")
     for name, entry in summary["components"].items():
         arrays = entry.get("arrays")
-        table.add_row(name, f"{entry['kind']} v{entry['kind_version']}", _human(entry["bytes"]),
-                      "-" if arrays is None else str(len(arrays)), entry.get("hints", {}).get("class", ""))
+        table.add_row(clip(name), clip(f"{entry['kind']} v{entry['kind_version']}"), _human(entry["bytes"]),
+                      "-" if arrays is None else str(len(arrays)),
+                      clip(str(entry.get("hints", {}).get("class", ""))))
     out.print(table)
     for name, entry in summary["components"].items():
         arrays = entry.get("arrays") or []
         if not arrays:
             continue
-        detail = Table("array", "dtype", "shape", "bytes", title=name, title_justify="left")
+        detail = Table("array", "dtype", "shape", "bytes", title=clip(name), title_justify="left")
         for row in arrays[: args.max_arrays]:
-            detail.add_row(row["path"], row["dtype"], str(row["shape"]), _human(row["nbytes"]))
+            detail.add_row(clip(row["path"]), row["dtype"], clip(str(row["shape"])), _human(row["nbytes"]))
         if len(arrays) > args.max_arrays:
             detail.add_row(f"... {len(arrays) - args.max_arrays} more", "", "", "")
         out.print(detail)
-    return EXIT_OK
+    if not summary["ok"]:
+        errors = summary["errors"]
+        out.print(f"[red]invalid[/red]: {clip(summary['path'])}: {len(errors)} structural error(s)")
+        _print_issues(out, errors)
+    return status
+
+
+#: Errors listed one by one by the human-readable output; ``--json`` lists every one.
+DISPLAY_ERRORS = 100
+
+
+def _print_issues(out: Console, errors: list[Any]) -> None:
+    """One line per error (file, field, section, message), each value clipped, at most DISPLAY_ERRORS."""
+    for issue in errors[:DISPLAY_ERRORS]:
+        get = issue.get if isinstance(issue, dict) else issue.__dict__.get
+        out.print(f"  {get('error')}: file={clip(get('file') or '-')} field={clip(get('field') or '-')} "
+                  f"section={get('section') or '-'}: {clip(get('message') or '', 2 * DISPLAY_CHARS)}", markup=False)
+    if len(errors) > DISPLAY_ERRORS:
+        out.print(f"  ... {len(errors) - DISPLAY_ERRORS} more (--json lists every one)", markup=False)
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
@@ -125,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="print the report as JSON")
     validate.set_defaults(run=cmd_validate)
 
-    inspect = commands.add_parser("inspect", help="show components, dtypes, shapes, sizes and metadata",
-                                  description="Describe a checkpoint from its metadata alone; no array "
-                                  "byte is read.", epilog=_EPILOG)
+    inspect = commands.add_parser("inspect", help="show components, dtypes, shapes, sizes and metadata; "
+                                  "check the structure",
+                                  description="Describe a checkpoint and check its structure (every rule "
+                                  "that needs no array byte); no array byte is read. Exits 1 if a check "
+                                  "fails.", epilog=_EPILOG)
     inspect.add_argument("path", help="checkpoint directory or archive")
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.add_argument("--max-arrays", type=int, default=50, help="arrays listed per component (default 50)")

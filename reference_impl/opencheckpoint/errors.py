@@ -204,6 +204,16 @@ class UnsupportedLocation(CheckpointError):
     error_class = "UnsupportedLocation"
 
 
+class ConcurrentModification(CheckpointError):
+    """Another process replaced, removed or is writing the checkpoint while this one read or wrote it.
+
+    Not a defect of any file: reading again (or saving again) normally succeeds. Readers retry
+    once by themselves where a retry can give a whole answer (spec R-RDR-13, R-RDR-14).
+    """
+
+    error_class = "ConcurrentModification"
+
+
 #: Every error class by its protocol name (conformance: ``error: <Class>: ...``).
 ERROR_CLASSES: dict[str, type[CheckpointError]] = {
     cls.error_class: cls
@@ -227,5 +237,6 @@ ERROR_CLASSES: dict[str, type[CheckpointError]] = {
         UnsupportedValue,
         TargetExists,
         UnsupportedLocation,
+        ConcurrentModification,
     )
 }

@@ -1,12 +1,20 @@
-"""``inspect``: describe a checkpoint from its metadata alone (no array byte is read).
+"""``inspect``: describe a checkpoint and check its structure, without reading any array byte.
+
+Besides the description, :func:`describe` runs every check of the spec's
+validation order that needs no array byte (§15 steps 1-15: manifest, paths,
+inventory with entry types and sizes, kinds, payload checksums, tree
+documents, array layout) and lists each error in ``summary["errors"]``; only
+the content checks of step 16 (array and file checksums, padding) are left
+to ``validate``. Its time and memory are linear in the bytes it reads: the
+manifest and the ``tree.msgpack`` / ``value.json`` files.
 
 >>> import numpy as np, tempfile, os
 >>> from opencheckpoint import Checkpoint
 >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
 >>> _ = Checkpoint(model={"w": np.zeros((2, 3), np.float32)}).save(path)
 >>> summary = describe(path)
->>> summary["components"]["model"]["arrays"]
-[{'path': '$.w', 'dtype': 'float32', 'shape': [2, 3], 'nbytes': 24}]
+>>> summary["components"]["model"]["arrays"], summary["ok"]
+([{'path': '$.w', 'dtype': 'float32', 'shape': [2, 3], 'nbytes': 24}], True)
 """
 
 from __future__ import annotations
@@ -15,14 +23,28 @@ import os
 from typing import Any
 
 from .errors import CheckpointError
-from .manifest import KIND_VERSIONS
-from .reader import CheckpointReader
-from .tree.decode import decode_tree
+from .reader import CheckpointReader, check_inventory
+from .validate import ValidationReport, check_structure
 
 
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A JSON-ready summary: manifest fields, and per component its kind, files, arrays and sizes."""
+    """A JSON-ready summary: manifest fields, per component its kind, files, arrays and sizes, and
+    ``ok`` / ``errors``: every structural error found (steps 10-15 of §15).
+
+    Raises the :class:`CheckpointError` of steps 1-9 when the manifest itself cannot be trusted.
+    """
     with CheckpointReader(path, check_files=False) as reader:
+        report = ValidationReport(str(path))
+        layouts: dict[str, Any] = {}
+        issues: list[CheckpointError] = []
+        try:
+            check_inventory(reader.source, reader.parsed, issues)  # steps 10-11: entry types, sizes
+        except CheckpointError as exc:
+            for error in (exc, *issues):
+                report.add(error)
+        else:
+            reader.source.pin(reader.parsed.file_paths())  # read this checkpoint even if replaced now
+            layouts, _ = check_structure(reader, report)  # steps 12-15 for every component
         manifest = reader.parsed.manifest
         summary: dict[str, Any] = {
             "path": str(path),
@@ -34,6 +56,8 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             "metadata": manifest.metadata,
             "extensions": {k: v.model_dump() for k, v in manifest.extensions.items()},
             "components": {},
+            "ok": report.ok,
+            "errors": [issue.__dict__ for issue in report.errors],
         }
         for name, record in manifest.components.items():
             entry: dict[str, Any] = {
@@ -44,14 +68,10 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             }
             if record.hints:
                 entry["hints"] = record.hints
-            if record.kind == "tree" and record.kind_version <= KIND_VERSIONS["tree"]:
-                try:
-                    decoded = decode_tree(reader.read_small(name, "tree.msgpack"))
-                    entry["arrays"] = [
-                        {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes}
-                        for ref in decoded.arrays
-                    ]
-                except CheckpointError as exc:
-                    entry["error"] = str(exc)
+            if name in layouts:
+                entry["arrays"] = [
+                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes}
+                    for ref in layouts[name][0].arrays
+                ]
             summary["components"][name] = entry
         return summary

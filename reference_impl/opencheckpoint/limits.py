@@ -45,5 +45,8 @@ ARRAY_MAX_DIM: Final = 2**63 - 1
 ARRAY_MAX_NBYTES: Final = 2**63 - 1
 #: R-LIM-17
 ARCHIVE_MAX_MEMBERS: Final = MAX_FILES + 1
+#: R-LIM-18: bytes of a big int's two's complement magnitude (tag 3). 8,192 bits, at most 2,467 decimal
+#: digits: every reader can print one (Python refuses int-to-str conversions beyond 4,300 digits by default).
+TREE_MAX_BIG_INT_BYTES: Final = 1024
 #: Every array starts at a multiple of this (and so does every archive member's data).
 ALIGNMENT: Final = 64

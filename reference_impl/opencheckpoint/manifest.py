@@ -393,30 +393,35 @@ def _entry_errors(where: str, entry: Any, errors: list[CheckpointError]) -> None
 def path_errors(raw: dict[str, Any]) -> list[CheckpointError]:
     """Step 8: R-LIM-7/R-LIM-8 on every path, then the grammar, then conflicts."""
     components: dict[str, Any] = raw["components"]
-    located: list[tuple[object, str, str]] = []  # (path, location, grammar rule)
-    full_paths: list[tuple[str, str]] = []
+    # (path, component, files key or None for the component path): the field of each is made only
+    # for an error, so a manifest of a million files costs a million checks, not a million strings.
+    located: list[tuple[object, str, str | None]] = []
+    full_paths: list[tuple[str, str, str]] = []
     for name, record in components.items():
-        where = field_of("components", name)
-        located.append((record["path"], where + ".path", "R-PATH-1"))
+        located.append((record["path"], name, None))
         for rel in record["files"]:
-            located.append((rel, f"{where}.files{field_of(rel)[1:]}", "R-PATH-2"))
+            located.append((rel, name, rel))
             if isinstance(record["path"], str):
-                full_paths.append((f"{record['path']}/{rel}", f"{where}.files{field_of(rel)[1:]}"))
+                full_paths.append((f"{record['path']}/{rel}", name, rel))
+
+    def field(name: str, rel: str | None) -> str:
+        return field_of("components", name, "path") if rel is None else field_of("components", name, "files", rel)
+
     errors: list[CheckpointError] = []
-    for path, where, _ in located:
+    for path, name, key in located:
         error = path_limit_error(path)
         if error:
-            errors.append(_at(error, where))
-    for path, where in full_paths:
+            errors.append(_at(error, field(name, key)))
+    for path, name, rel in full_paths:
         error = path_limit_error(path)
         if error:
-            errors.append(_at(error, where))
+            errors.append(_at(error, field(name, rel)))
     if errors:
         return errors
-    for path, where, rule in located:
-        grammar = path_grammar_error(path, rule)
+    for path, name, key in located:
+        grammar = path_grammar_error(path, "R-PATH-1" if key is None else "R-PATH-2")
         if grammar:
-            errors.append(_at(grammar, where))
+            errors.append(_at(grammar, field(name, key)))
     if errors:
         return errors
     folded: dict[str, str] = {}
@@ -439,7 +444,7 @@ def path_errors(raw: dict[str, Any]) -> list[CheckpointError]:
                                          "path", file=MANIFEST_NAME, field=field_of("components", name, "path"),
                                          section="R-CMP-7"))
                 break
-    for conflict in conflict_errors([MANIFEST_NAME] + [path for path, _ in full_paths]):
+    for conflict in conflict_errors([MANIFEST_NAME] + [path for path, _, _ in full_paths]):
         errors.append(_at(conflict, "$.components"))
     return errors
 

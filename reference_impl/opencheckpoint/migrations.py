@@ -103,9 +103,16 @@ class MigrationChainRunner:
         return self.steps[version - self.oldest_version :]
 
     def migrate_manifest(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Apply every needed manifest step to a copy; the input is left untouched."""
+        """Apply every needed manifest step to a copy; the input is left untouched.
+
+        A manifest of the current version needs no step and is returned as it is: copying a
+        manifest of a million file entries costs more than parsing it.
+        """
+        steps = self.steps_from(manifest.get("format_version"))
+        if not steps:
+            return manifest
         result = copy.deepcopy(manifest)
-        for step in self.steps_from(manifest.get("format_version")):
+        for step in steps:
             result = step.manifest_step(result)
             result["format_version"] = step.to_version
         return result

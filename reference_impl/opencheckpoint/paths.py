@@ -43,6 +43,8 @@ def path_limit_error(path: object) -> LimitExceeded | None:
     """R-LIM-7 / R-LIM-8 for one path (``None`` when within the limits or not a string)."""
     if not isinstance(path, str):
         return None
+    if len(path) * 4 <= SEGMENT_MAX_BYTES:  # even at 4 UTF-8 bytes a character: within both limits
+        return None
     size = _byte_length(path)
     if size > PATH_MAX_BYTES:
         return LimitExceeded(f"path is {size} bytes, limit {PATH_MAX_BYTES}", section="R-LIM-7")

@@ -33,11 +33,21 @@ import crc32c as _crc32c_module
 import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
-from .container.base import FileRegion, Source, check_locatable, is_staging_name, old_candidates, open_source
+from .container.base import (
+    FileRegion,
+    Source,
+    check_locatable,
+    identity,
+    is_staging_name,
+    old_candidates,
+    open_source,
+    writers_at,
+)
 from .dtypes import numpy_dtype
 from .errors import (
     ArrayLayoutError,
     CheckpointError,
+    ConcurrentModification,
     ExtraFile,
     IncompatibleComponent,
     IntegrityError,
@@ -433,11 +443,8 @@ class CheckpointReader:
         if is_staging_name(self.path):
             raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(self.path),
                                  section="R-PUB-12")
-        if os.path.exists(self.path):
-            self.location = self.path
-            self.source, self.parsed = _open_at(self.path, understood_extensions, issues, check_files)
-            return
-        self.location, self.source, self.parsed = _open_fallback(self.path, understood_extensions)
+        self.location, self.source, self.parsed = _open_consistent(self.path, understood_extensions, issues,
+                                                                   check_files)
 
     # -- metadata -------------------------------------------------------------
     @property
@@ -700,10 +707,63 @@ def _open_at(
         parsed = parse_manifest(source.read_manifest(), understood_extensions=understood, issues=issues)
         if check_files:
             check_inventory(source, parsed, issues)
+            # From here on a writer replacing the checkpoint cannot take its files away (R-RDR-14).
+            source.pin(parsed.file_paths())
     except BaseException:
         source.close()
         raise
     return source, parsed
+
+
+def _open_once(
+    target: Path,
+    understood: Collection[str] | Mapping[str, int],
+    issues: list[CheckpointError] | None,
+    check_files: bool,
+) -> tuple[Path, Source, ParsedManifest]:
+    """Steps 1-11 once: the target if it exists, else the R-PUB-13 fallback."""
+    if os.path.exists(target):
+        return (target, *_open_at(target, understood, issues, check_files))
+    return _open_fallback(target, understood)
+
+
+def _open_consistent(
+    target: Path,
+    understood: Collection[str] | Mapping[str, int],
+    issues: list[CheckpointError] | None,
+    check_files: bool,
+) -> tuple[Path, Source, ParsedManifest]:
+    """Open ``target``; if it failed because another process replaced the checkpoint meanwhile, once more.
+
+    A failure counts as a race when the name resolves to another entry (or to nothing, or to something)
+    after the attempt than before it (:func:`identity`): a writer published over it, so the checkpoint
+    that was being read may have been deleted half-way. The retry reads the new, complete checkpoint
+    (R-RDR-13). If that races too, :class:`ConcurrentModification` says so; an error with the name
+    unchanged is the checkpoint's own and is raised as it is.
+    """
+    for attempt in range(2):
+        before = identity(target)
+        found: list[CheckpointError] | None = [] if issues is not None else None
+        try:
+            return _open_once(target, understood, found, check_files)
+        except CheckpointError as exc:
+            error: CheckpointError = exc
+        except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
+            error = MissingFile(f"cannot read: {exc.strerror}", file=str(exc.filename or target), section="R-CON-3")
+        if identity(target) == before and not isinstance(error, ConcurrentModification):
+            if issues is not None and found:
+                issues.extend(found)
+            raise error
+        if attempt:
+            raise ConcurrentModification(
+                f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
+                f"row; the last attempt failed with {error}", file=str(target), section="R-RDR-13") from None
+    raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
+
+
+#: Errors of one rule reported one by one by the inventory; the rest are counted in one more error,
+#: so a manifest listing a million absent files costs a million lookups, not a million error objects.
+REPORTED_PER_RULE = 100
 
 
 def check_inventory(source: Source, parsed: ParsedManifest, issues: list[CheckpointError] | None) -> None:
@@ -714,13 +774,26 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
     def under_rejected(rel: str) -> bool:
         return any(rel == bad or rel.startswith(bad + "/") for bad in rejected)
 
+    missing = 0
     for rel, (component, key) in listed.items():
         if rel not in files and not under_rejected(rel):
-            errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
-                                      field=field_of("components", component, "files", key), section="R-CON-3"))
+            missing += 1
+            if missing <= REPORTED_PER_RULE:
+                errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
+                                          field=field_of("components", component, "files", key),
+                                          section="R-CON-3"))
+    if missing > REPORTED_PER_RULE:
+        errors.append(MissingFile(f"and {missing - REPORTED_PER_RULE} more listed files are absent (not reported "
+                                  "one by one)", file=str(source.path), field="$.components", section="R-CON-3"))
+    extra = 0
     for rel in files:
         if rel != MANIFEST_NAME and rel not in listed:
-            errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+            extra += 1
+            if extra <= REPORTED_PER_RULE:
+                errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+    if extra > REPORTED_PER_RULE:
+        errors.append(ExtraFile(f"and {extra - REPORTED_PER_RULE} more files that no component lists (not "
+                                "reported one by one)", file=str(source.path), section="R-CON-2"))
     _raise_first(errors, issues)
     components = parsed.manifest.components
     for rel, (component, key) in listed.items():
@@ -752,7 +825,9 @@ def _open_fallback(
     if os.path.exists(target):  # the replacement may have completed in between
         return (target, *_open_at(target, understood, None))
     if not candidates:
-        raise NotACheckpoint("no such file or directory", file=str(target), section="R-PUB-10")
+        writers = writers_at(target)
+        hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
+        raise NotACheckpoint(f"no such file or directory{hint}", file=str(target), section="R-PUB-10")
     raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
                          f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
                          section="R-PUB-14")
@@ -771,6 +846,16 @@ def read_component(
     verify: bool = True,
     map_location: Any = None,
 ) -> Any:
-    """Read one component's stored value (no live object needed), as ``framework`` objects."""
-    with CheckpointReader(path) as reader:
-        return reader.read(name, framework=framework, verify=verify, map_location=map_location)
+    """Read one component's stored value (no live object needed), as ``framework`` objects.
+
+    If another process replaces the checkpoint while it is read and the reader loses a file it
+    could not hold open, the read starts over once on the new checkpoint (R-RDR-13).
+    """
+    for attempt in range(2):
+        try:
+            with CheckpointReader(path) as reader:
+                return reader.read(name, framework=framework, verify=verify, map_location=map_location)
+        except ConcurrentModification:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile
 from .container.archive import ArchiveSource
-from .errors import CheckpointError, ExtraFile, IntegrityError, MissingFile
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .reader import CheckpointReader, array_view, verify_view
@@ -98,8 +98,17 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
 def validate(path: str | os.PathLike[str], *, progress: Any = None) -> ValidationReport:
     """Validate a checkpoint completely; never raises a :class:`CheckpointError`.
 
-    ``progress``, if given, is called with the number of bytes checked so far.
+    ``progress``, if given, is called with the number of bytes checked so far. A checkpoint
+    replaced by another process while it is validated is validated once more from the start
+    (R-RDR-13); a second race is reported as :class:`ConcurrentModification`.
     """
+    report = _validate_once(path, progress)
+    if any(issue.error == ConcurrentModification.error_class for issue in report.errors):
+        report = _validate_once(path, progress)
+    return report
+
+
+def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationReport:
     report = ValidationReport(str(path))
     issues: list[CheckpointError] = []
     skipped: set[str] = set()
@@ -153,6 +162,23 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
     to kinds this reader implements; the files of every component are
     checked in step 16.
     """
+    layouts, crc_checked = check_structure(reader, report, skipped)
+    # Step 16: the arrays of each tree component, then every file.
+    for decoded, data_file, size in layouts.values():
+        _check_arrays(reader, decoded, data_file, size, report)
+    _check_files(reader, report, progress, crc_checked | set(skipped), skipped)
+
+
+def check_structure(
+    reader: CheckpointReader, report: ValidationReport, skipped: set[str] | frozenset[str] = frozenset()
+) -> tuple[dict[str, tuple[DecodedTree, str, int]], set[str]]:
+    """Steps 12-15 for every component, recording each error in ``report`` (no array byte is read).
+
+    Components listing a file of ``skipped`` (already reported missing or of the wrong size) are left out.
+
+    Returns the components that passed, name -> (decoded tree, data file, its size), and the
+    payload files whose CRC-32C step 13 checked. ``inspect`` runs exactly this after the inventory.
+    """
     components = reader.components
     # Components with a file already reported missing or of the wrong size are not decoded.
     failed: set[str] = {name for name, record in components.items()
@@ -188,10 +214,6 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
         where = _attempt(report, failed, name, reader.check_tree_layout, decoded)
         if where is not None:
             layouts[name] = (decoded, *where)
-    # Step 16: the arrays of each tree component, then every file.
-    for decoded, data_file, size in layouts.values():
-        _check_arrays(reader, decoded, data_file, size, report)
-    _check_files(reader, report, progress, crc_checked | set(skipped), skipped)
 
 
 #: The payload file of each kind that has one (step 13).

@@ -67,7 +67,8 @@ def test_coverage_of_the_suite() -> None:
     # UnknownComponentKind is never raised by CMD read, R-RDR-8; TargetExists and UnsupportedLocation
     # are about a save's target and a path given as a URL, never about a file, R-PUB-16, R-PUB-20)
     file_classes = set(ERROR_CLASSES) - {"CheckpointError", "IncompatibleComponent", "UnsupportedValue",
-                                         "UnknownComponentKind", "TargetExists", "UnsupportedLocation"}
+                                         "UnknownComponentKind", "TargetExists", "UnsupportedLocation",
+                                         "ConcurrentModification"}
     assert file_classes <= classes, file_classes - classes
     ids = {c.id for c in cases}
     assert {f"dtype-{name.replace('_', '-')}" for name in DTYPES} <= ids

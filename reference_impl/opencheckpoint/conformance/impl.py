@@ -52,9 +52,10 @@ def dumps(document: Any) -> str:
 
 
 def cmd_read(path: str, out: TextIO) -> None:
-    from .canonical import render_checkpoint
+    """Print the rendering: byte for byte ``dumps(render_checkpoint(path))``, written as it is made."""
+    from .canonical import write_checkpoint_rendering
 
-    out.write(dumps(render_checkpoint(path)))
+    write_checkpoint_rendering(path, out)
 
 
 def cmd_write(expected: str, out_path: str) -> None:
@@ -66,10 +67,17 @@ def cmd_write(expected: str, out_path: str) -> None:
         document = json.loads(Path(expected).read_text(encoding="utf-8"))
         # python mode (JSON arrays as tuples need strict=False): pydantic's JSON parser stops at depth 200
         ExpectedModel.model_validate(document, strict=False)
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"not a canonical rendering: {' '.join(str(exc).split())[:500]}",
-                            file=expected) from None
-    write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__})
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack
+        raise _not_a_rendering(exc, expected) from None
+    try:
+        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__})
+    except (ValueError, RecursionError) as exc:
+        # A RenderingError, or an int of more digits than Python converts (the writer refuses those).
+        raise _not_a_rendering(exc, expected) from None
+
+
+def _not_a_rendering(exc: BaseException, expected: str) -> ManifestError:
+    return ManifestError(f"not a canonical rendering: {' '.join(str(exc).split())[:500]}", file=expected)
 
 
 def run(mode: str, args: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

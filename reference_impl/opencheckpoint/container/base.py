@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,9 @@ class Source(abc.ABC):
         Array reads use this rather than :meth:`map_file`, so no page of the
         file stays resident in the process. The caller closes the region.
         """
+
+    def pin(self, rels: Iterable[str]) -> None:  # noqa: B027  (an archive holds its one file open already)
+        """Hold the listed files (which passed the inventory) for the reader's lifetime (R-RDR-14)."""
 
     def close(self) -> None:  # noqa: B027  (a no-op by default: a source without handles need not override it)
         """Release resources (maps stay valid while arrays use them)."""
@@ -140,6 +144,28 @@ def old_candidates(target: Path) -> list[Path]:
     except OSError:
         return []
     return sorted(target.parent / n for n in names if n.startswith(prefix) and len(n) > len(prefix))
+
+
+def identity(path: Path) -> tuple[int, int, int] | None:
+    """What the name ``path`` resolves to now: device, inode and status-change time; None if nothing.
+
+    A writer that replaces a checkpoint makes the name resolve to another entry (rename, exchange),
+    whose inode differs, or, if the file system reuses the number, whose ctime does (a rename sets it).
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_ctime_ns
+
+
+def writers_at(target: Path) -> list[str]:
+    """Names of ``.NAME.oc-staging-*`` entries beside ``target``: saves that may be in progress."""
+    prefix = f".{target.name}{STAGING_MARK}"
+    try:
+        return sorted(n for n in os.listdir(target.parent) if n.startswith(prefix))
+    except OSError:
+        return []
 
 
 def check_locatable(target: Path) -> None:

@@ -4,6 +4,14 @@ Every path is opened one segment at a time relative to the checkpoint's
 directory descriptor with ``O_NOFOLLOW``, and the inventory walks directory
 descriptors with ``lstat`` semantics (R-CON-6, R-CON-7), so a symlink anywhere
 inside the checkpoint is an :class:`UnsafePath`, never a read outside it.
+
+Once the inventory has passed, :meth:`DirectorySource.pin` opens every listed
+file and keeps the descriptors until :meth:`~DirectorySource.close`: a writer
+that then replaces the checkpoint (renames it aside and deletes it) cannot
+take a file away from this reader, which goes on reading the checkpoint it
+opened, whole (R-RDR-14). Every later read goes through those descriptors
+with positioned reads (``pread``), so descriptors shared by several reads
+never disturb each other.
 """
 
 from __future__ import annotations
@@ -12,9 +20,18 @@ import errno
 import mmap
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
+from ..errors import (
+    CheckpointError,
+    ConcurrentModification,
+    ExtraFile,
+    LimitExceeded,
+    MissingFile,
+    NotACheckpoint,
+    UnsafePath,
+)
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from .base import FileRegion, Source, size_mismatch
@@ -22,6 +39,23 @@ from .base import FileRegion, Source, size_mismatch
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
+#: At most this many files of one checkpoint are held open (and never more than a quarter of the
+#: process's descriptor limit): enough for every tree and json component of a typical checkpoint.
+PIN_MAX_FILES = 4096
+
+
+def pin_budget() -> int:
+    """How many files one reader may hold open: :data:`PIN_MAX_FILES`, or a quarter of ``RLIMIT_NOFILE``."""
+    try:
+        import resource
+    except ImportError:  # not a Unix: no descriptor limit to respect here
+        return PIN_MAX_FILES
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return PIN_MAX_FILES if soft == resource.RLIM_INFINITY else max(0, min(PIN_MAX_FILES, soft // 4))
+
+
+class _OutOfDescriptors(Exception):
+    """Pinning stops: the process's descriptor limit is reached (never escapes :meth:`DirectorySource.pin`)."""
 
 
 class DirectorySource(Source):
@@ -35,13 +69,51 @@ class DirectorySource(Source):
         except OSError as exc:
             raise NotACheckpoint(f"cannot open directory: {exc.strerror}", file=str(path),
                                  section="R-PUB-11") from None
+        #: relative path -> descriptor held from :meth:`pin` until :meth:`close`
+        self._pinned: dict[str, int] = {}
+        #: files the inventory found: one of them missing later means the checkpoint was replaced
+        self._listed: frozenset[str] = frozenset()
 
     def close(self) -> None:
+        pinned, self._pinned = self._pinned, {}
+        for fd in pinned.values():
+            os.close(fd)
         if self._root >= 0:
             os.close(self._root)
             self._root = -1
 
+    def pin(self, rels: Iterable[str]) -> None:
+        """Hold every file of ``rels`` (which passed the inventory) open until :meth:`close` (R-RDR-14).
+
+        Beyond :func:`pin_budget` files, the rest are opened when read; one of those that has
+        disappeared by then is reported as :class:`ConcurrentModification`.
+        """
+        listed = list(rels)
+        self._listed = frozenset(listed)
+        budget = pin_budget()
+        for rel in listed[:budget]:
+            if rel not in self._pinned:
+                try:
+                    self._pinned[rel] = self._open_path(rel, pinning=True)
+                except _OutOfDescriptors:  # the process holds many files already: the rest stay lazy
+                    break
+
     def _open(self, rel: str) -> int:
+        """A descriptor of its own for ``rel`` (the caller closes it): a duplicate of a pinned one if held."""
+        pinned = self._pinned.get(rel)
+        if pinned is not None:
+            return os.dup(pinned)
+        try:
+            return self._open_path(rel)
+        except MissingFile as exc:
+            if rel in self._listed:
+                raise ConcurrentModification(
+                    "the file was present when the checkpoint was opened and is gone now: another process "
+                    "replaced or deleted the checkpoint while it was being read; open it again",
+                    file=rel, section="R-RDR-14") from exc
+            raise
+
+    def _open_path(self, rel: str, *, pinning: bool = False) -> int:
         parts = rel.split("/")
         fd = self._root
         opened: list[int] = []
@@ -51,6 +123,8 @@ class DirectorySource(Source):
                 opened.append(fd)
             result = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
+            if pinning and exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise _OutOfDescriptors from None
             if exc.errno == errno.ENOENT:
                 raise MissingFile("listed in the manifest but absent", file=rel, section="R-CON-3") from None
             if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
@@ -61,7 +135,7 @@ class DirectorySource(Source):
             for d in opened:
                 os.close(d)
         if not stat.S_ISREG(os.fstat(result).st_mode):
-            os.close(result)
+            os.close(result)  # a FIFO opened with O_NONBLOCK is never read
             raise UnsafePath("not a regular file", file=rel, section="R-CON-4")
         return result
 
@@ -80,7 +154,7 @@ class DirectorySource(Source):
         if info.st_size > MANIFEST_MAX_BYTES:
             raise LimitExceeded(f"manifest is {info.st_size} bytes, limit {MANIFEST_MAX_BYTES}",
                                 file=MANIFEST_NAME, section="R-LIM-1")
-        fd = self._open(MANIFEST_NAME)
+        fd = self._open_path(MANIFEST_NAME)
         try:
             size = os.fstat(fd).st_size
             if size > MANIFEST_MAX_BYTES:
@@ -99,8 +173,13 @@ class DirectorySource(Source):
             while stack:
                 prefix, fd = stack.pop()
                 try:
-                    with os.scandir(fd) as entries:
-                        listing = sorted((entry.name, entry) for entry in entries)
+                    try:
+                        with os.scandir(fd) as entries:
+                            listing = sorted((entry.name, entry) for entry in entries)
+                    except OSError as exc:  # e.g. the directory was deleted under us
+                        errors.append(MissingFile(f"cannot list directory: {exc.strerror}", file=prefix or ".",
+                                                  section="R-CON-3"))
+                        continue
                     for name, entry in listing:
                         rel = f"{prefix}{name}"
                         if entry.is_symlink():
@@ -115,7 +194,10 @@ class DirectorySource(Source):
                                                          section="R-CON-4"))
                                 rejected.append(rel)
                         elif entry.is_file(follow_symlinks=False):
-                            found[rel] = entry.stat(follow_symlinks=False).st_size
+                            try:
+                                found[rel] = entry.stat(follow_symlinks=False).st_size
+                            except FileNotFoundError:  # deleted since the listing: not a regular file now
+                                continue
                             if len(found) > ARCHIVE_MAX_MEMBERS:
                                 # More files than any manifest can list (R-LIM-6): some are unlisted.
                                 errors.append(ExtraFile("more files than a manifest can list", file=rel,
@@ -177,7 +259,8 @@ def _read_all(fd: int, size: int, rel: str) -> bytes:
     2 GiB on Linux, unusual file systems) goes on into a buffer and is copied once.
     """
     try:
-        first = os.read(fd, size) if size else b""
+        # Positioned reads: the descriptor may be a duplicate of a pinned one, sharing its file offset.
+        first = os.pread(fd, size, 0) if size else b""
         if len(first) == size:
             return first
         buffer = bytearray(size)
@@ -185,7 +268,7 @@ def _read_all(fd: int, size: int, rel: str) -> bytes:
         view[: len(first)] = first
         position = len(first)
         while first and position < size:
-            count = os.readv(fd, [view[position:]])
+            count = os.preadv(fd, [view[position:]], position)
             if count == 0:
                 break
             position += count

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..dtypes import DTYPES, numpy_dtype
 from ..errors import LimitExceeded, TreeError, UnknownDtype
-from ..limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
+from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from .encode import big_int_bytes
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 
@@ -64,9 +64,21 @@ class DecodedTree:
     has_placeholders: bool
 
 
+#: A str key longer than this appears shortened in tree paths: every node below a key repeats the
+#: key in its path, so a key of megabytes would make decoding quadratic in the document's size.
+PATH_KEY_CHARS = 64
+
+
 def _key_path(path: str, key: str | int) -> str:
+    """The path of a map entry: ``$.name``, ``$['not an identifier']``, ``$[3]``; a long key shortened.
+
+    >>> _key_path("$", "w"), _key_path("$", 3), _key_path("$", "a" * 70)
+    ('$.w', '$[3]', "$['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (+6 chars)]")
+    """
     if isinstance(key, int):
         return f"{path}[{key}]"
+    if len(key) > PATH_KEY_CHARS:
+        return f"{path}[{key[:PATH_KEY_CHARS]!r}... (+{len(key) - PATH_KEY_CHARS} chars)]"
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
 
@@ -140,8 +152,10 @@ class _Parser:
                                 section="R-LIM-10")
         return depth + 1
 
-    def sized(self, byte: int, path: str, small_base: int, codes: tuple[int, int, int]) -> bytes:
-        """Read a str or bin payload after its header byte, checking R-LIM-12 before R-TREE-1."""
+    def sized(self, byte: int, path: str, small_base: int, codes: tuple[int, int, int],
+              big_int: bool = False) -> bytes:
+        """Read a str or bin payload after its header byte, checking R-LIM-12 (and for a big int's
+        magnitude R-LIM-18) on the declared length before R-TREE-1."""
         if small_base and small_base <= byte < small_base + 32:
             length = byte - small_base
         elif byte == codes[0]:
@@ -153,6 +167,9 @@ class _Parser:
         if length > TREE_MAX_STR_BYTES:
             raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=path,
                                 section="R-LIM-12")
+        if big_int and length > TREE_MAX_BIG_INT_BYTES:
+            raise LimitExceeded(f"a big int magnitude of {length} bytes, limit {TREE_MAX_BIG_INT_BYTES}",
+                                field=path, section="R-LIM-18")
         return self.take(length, path)
 
     def string(self, path: str) -> str:
@@ -164,10 +181,10 @@ class _Parser:
         except UnicodeDecodeError:
             self.fail("a str is not valid UTF-8", path, "R-TREE-9")
 
-    def binary(self, path: str) -> bytes:
+    def binary(self, path: str, *, big_int: bool = False) -> bytes:
         byte = self.data[self.pos]
         self.pos += 1
-        return self.sized(byte, path, 0, (0xC4, 0xC5, 0xC6))
+        return self.sized(byte, path, 0, (0xC4, 0xC5, 0xC6), big_int)
 
     def integer(self, path: str) -> int:
         byte = self.data[self.pos]
@@ -301,7 +318,7 @@ class _Parser:
             return NamedTupleValue(type_name, body)  # type: ignore[arg-type]  # int_keys=False: str keys only
         if tag == Tag.BIG_INT:
             self.expect(_BIN_BYTES, "a bin (magnitude)", f"{path}[1]", "R-TREE-17")
-            raw = self.binary(f"{path}[1]")
+            raw = self.binary(f"{path}[1]", big_int=True)
             if not raw or big_int_bytes(int.from_bytes(raw, "little", signed=True)) != raw:
                 self.fail("big int magnitude is not the minimal two's complement encoding", path, "R-TREE-21")
             number = int.from_bytes(raw, "little", signed=True)
@@ -410,8 +427,10 @@ def decode_tree(data: bytes, *, understood_tags: Collection[int] = ()) -> Decode
     if not understood_tags:
         try:
             return fast_decode(data)
-        except _Doubt:
-            pass
+        except _Doubt as doubt:
+            # The instance is shared: its traceback would keep this call's frames, and through
+            # them the caller's decoded trees, alive until the next doubt.
+            doubt.__traceback__ = None
     return exact_decode(data, understood_tags=understood_tags)
 
 
@@ -490,16 +509,20 @@ class _FastWalk:
         self.placeholders = False
 
     def value(self, obj: Any, depth: int, path: str) -> Any:
+        """The node for ``obj``. Lists and dicts are the decoder's own objects, their children
+        replaced in place: no second copy of the tree is ever held (a document of empty lists
+        costs some 72 bytes of memory per byte)."""
         kind = type(obj)
         if kind is dict:
             depth += 1
             if depth > TREE_MAX_DEPTH:
                 raise _DOUBT
-            out: dict[Any, Any] = {}
+            out = obj  # values are replaced in place; the keys (and their order) stay
             for key, item in obj.items():
                 key_kind = type(key)
                 if key_kind is str:
-                    child = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+                    child = (f"{path}.{key}" if len(key) <= PATH_KEY_CHARS and key.isidentifier()
+                             else _key_path(path, key))
                 elif key_kind is int:
                     child = f"{path}[{key}]"
                 else:
@@ -509,9 +532,7 @@ class _FastWalk:
                     out[key] = self.array_node(item, depth + 1, child)  # the common leaf, inlined
                 elif item_kind is list or item_kind is dict:
                     out[key] = self.value(item, depth, child)
-                elif item_kind in _PLAIN:
-                    out[key] = item
-                else:
+                elif item_kind not in _PLAIN:
                     raise _DOUBT
             return out
         if kind is list:
@@ -520,7 +541,10 @@ class _FastWalk:
                 raise _DOUBT
             if obj and type(obj[0]) is _ExtType:
                 return self.tagged(obj, depth, path)
-            return [self.value(item, depth, f"{path}[{i}]") for i, item in enumerate(obj)]
+            for i, item in enumerate(obj):
+                if type(item) not in _PLAIN:  # plain leaves are nodes as they are
+                    obj[i] = self.value(item, depth, f"{path}[{i}]")
+            return obj
         if kind in _PLAIN:
             return obj
         raise _DOUBT  # an ext object outside element 0 of an array, a timestamp
@@ -549,7 +573,7 @@ class _FastWalk:
                 fields[key] = self.value(item, depth + 1, _key_path(body_path, key))
             return NamedTupleValue(first, fields)
         if tag == 3:  # Tag.BIG_INT
-            if type(first) is not bytes or not first:
+            if type(first) is not bytes or not first or len(first) > TREE_MAX_BIG_INT_BYTES:
                 raise _DOUBT
             number = int.from_bytes(first, "little", signed=True)
             if big_int_bytes(number) != first or INT_MIN <= number <= INT_MAX:

@@ -32,7 +32,7 @@ from ..crc_combine import _multmodp, _x8nmodp
 from ..dtypes import dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
-from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_DEPTH
+from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 
 #: Returns a replacement value for an object the core does not know, or NOT_HANDLED.
@@ -64,6 +64,16 @@ def big_int_bytes(value: int) -> bytes:
     """Minimal two's complement little-endian encoding of an int."""
     length = ((value if value >= 0 else ~value).bit_length() + 8) // 8
     return value.to_bytes(length, "little", signed=True)
+
+
+def _big_int(value: int, path: str) -> bytes:
+    """The tag 3 magnitude of ``value``; refused at save beyond R-LIM-18, which every reader enforces."""
+    if (value if value >= 0 else ~value).bit_length() >= TREE_MAX_BIG_INT_BYTES * 8:
+        raise UnsupportedValue(
+            f"an int of {value.bit_length()} bits: a tree int may take at most {TREE_MAX_BIG_INT_BYTES} bytes "
+            f"(two's complement, R-LIM-18); store a larger number as a str or as bytes", field=path,
+            section="R-LIM-18")
+    return big_int_bytes(value)
 
 
 class _Planned:
@@ -130,7 +140,7 @@ class TreePlan:
         if value is None or kind is bool or kind is str or kind is bytes:
             return value
         if kind is int:
-            return value if INT_MIN <= value <= INT_MAX else [_MARK[Tag.BIG_INT], big_int_bytes(value)]
+            return value if INT_MIN <= value <= INT_MAX else [_MARK[Tag.BIG_INT], _big_int(value, path)]
         if kind is float:
             return value
         if kind is np.ndarray:

@@ -1,0 +1,256 @@
+"""Readers racing writers see the old checkpoint whole, the new one whole, or a CheckpointError (R-RDR-13, R-RDR-14).
+
+A reader that has opened a checkpoint keeps reading that checkpoint while
+another writer replaces it; opening retries once when the name was
+replaced under it; two saves racing on a missing target never leak a raw
+``OSError``. The subprocess test races a real writer process against
+``validate``, ``read_component`` and a lazy reader, bounded in count.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opencheckpoint.container.directory as directory_module
+from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
+from opencheckpoint.container import publish
+from opencheckpoint.errors import CheckpointError, ConcurrentModification
+
+
+def _state(generation: int) -> dict[str, Any]:
+    """Every value of generation ``g`` holds ``g``: a mix of two checkpoints is visible at once."""
+    return {"model": {f"w{i}": np.full(256 + generation, generation, np.int64) for i in range(4)},
+            "config": {"generation": generation}}
+
+
+def _save(path: Path, generation: int, form: str = "directory") -> Path:
+    return Checkpoint(**_state(generation), durable=False, format=form).save(path)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=[True, False], ids=["exchange", "rename-aside"])
+def publication(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Both directory replacement procedures: RENAME_EXCHANGE (R-PUB-5) and rename aside (R-PUB-6)."""
+    saved = publish.USE_EXCHANGE
+    publish.USE_EXCHANGE = request.param
+    yield request.param
+    publish.USE_EXCHANGE = saved
+
+
+@pytest.mark.parametrize("form", ["directory", "archive"])
+def test_lazy_reader_keeps_reading_the_checkpoint_it_opened(tmp_path: Path, form: str, publication: bool) -> None:
+    path = _save(tmp_path / "ckpt", 1, form)
+    with open_checkpoint(path) as held:
+        # Replaced twice while held: the first checkpoint's files are deleted from disk.
+        _save(path, 2, form)
+        _save(path, 3, form)
+        assert read_component(path, "config") == {"generation": 3}
+        lazy = held.tree("model")
+        assert {key: lazy[key].read()[0] for key in lazy} == {f"w{i}": 1 for i in range(4)}
+        assert all(lazy[key].shape == (257,) for key in lazy)
+        eager = held.read("model")
+        assert all((array == 1).all() and array.shape == (257,) for array in eager.values())
+        assert held.read("config") == {"generation": 1}
+        live = {f"w{i}": np.zeros(257, np.int64) for i in range(4)}
+        held.read_into("model", live)
+        assert all((array == 1).all() for array in live.values())
+
+
+def test_a_file_the_reader_could_not_hold_is_a_concurrent_modification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
+    """Beyond the descriptor budget files are opened when read; one gone by then is reported as a race."""
+    monkeypatch.setattr(directory_module, "PIN_MAX_FILES", 0)
+    path = _save(tmp_path / "ckpt", 1)
+    with open_checkpoint(path) as held:
+        _save(path, 2)
+        with pytest.raises(ConcurrentModification, match="another process replaced") as caught:
+            held.read("model")
+        assert caught.value.section == "R-RDR-14"
+    assert read_component(path, "config") == {"generation": 2}
+
+
+def test_open_retries_once_when_the_checkpoint_is_replaced_while_opening(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
+    """The inventory of a checkpoint deleted half-way fails; the name now holds the new one: read that."""
+    path = _save(tmp_path / "ckpt", 1)
+    original = directory_module.DirectorySource.inventory
+    replaced: list[int] = []
+
+    def replace_first(self: directory_module.DirectorySource) -> Any:
+        if not replaced:
+            replaced.append(1)
+            _save(path, 2)  # deletes the checkpoint this source has open
+        return original(self)
+
+    monkeypatch.setattr(directory_module.DirectorySource, "inventory", replace_first)
+    assert read_component(path, "config") == {"generation": 2}
+    assert replaced == [1]
+
+
+def test_open_reports_a_second_race_as_concurrent_modification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _save(tmp_path / "ckpt", 1)
+    original = directory_module.DirectorySource.inventory
+    generation = iter(range(2, 10))
+
+    def replace_always(self: directory_module.DirectorySource) -> Any:
+        _save(path, next(generation))
+        return original(self)
+
+    monkeypatch.setattr(directory_module.DirectorySource, "inventory", replace_always)
+    with pytest.raises(ConcurrentModification, match="another process replaced or is writing"):
+        open_checkpoint(path)
+    report = validate(path)
+    assert [issue.error for issue in report.errors] == ["ConcurrentModification"]
+
+
+def test_two_saves_racing_on_a_missing_target_give_no_raw_os_error(tmp_path: Path) -> None:
+    """The second save's rename meets the first one's directory; it reports the race, the winner stays whole."""
+    target = tmp_path / "ckpt"
+    fired: list[str] = []
+
+    def other_writer_publishes_first(operation: str) -> None:
+        if operation == "rename" and not fired:
+            fired.append(operation)
+            _save(target, 7)
+
+    publish.FAULT_HOOK = other_writer_publishes_first
+    try:
+        with pytest.raises(ConcurrentModification, match="another process published or is publishing") as caught:
+            _save(target, 8)
+    finally:
+        publish.FAULT_HOOK = None
+    assert fired == ["rename"]
+    assert isinstance(caught.value, CheckpointError)
+    assert validate(target).ok
+    assert read_component(target, "config") == {"generation": 7}
+    assert not [p for p in tmp_path.iterdir() if p.name != "ckpt"]
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from opencheckpoint import Checkpoint
+    from opencheckpoint.container import publish
+    path, form, count, exchange = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+    publish.USE_EXCHANGE = exchange
+    for g in range(2, 2 + count):
+        state = {"model": {f"w{i}": np.full(256 + g, g, np.int64) for i in range(4)}, "config": {"generation": g}}
+        Checkpoint(**state, durable=False, format=form).save(path)
+""")
+
+
+@pytest.mark.parametrize("form", ["directory", "archive"])
+def test_readers_racing_a_writer_process_see_whole_checkpoints(tmp_path: Path, form: str,
+                                                               publication: bool) -> None:
+    path = _save(tmp_path / "ckpt", 1, form)
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path), form, "25", "1" if publication else "0"])
+    outcomes: dict[str, int] = {}
+    try:
+        while writer.poll() is None:
+            for operation in ("validate", "read", "lazy"):
+                outcome = _read_once(path, operation)
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0
+    assert not [o for o in outcomes if o.startswith("raw") or o.startswith("mixed")], outcomes
+    # Every failure that remains is a race the reader names as such.
+    assert set(outcomes) <= {"whole", "ConcurrentModification"}, outcomes
+    assert _read_once(path, "lazy") == "whole" and read_component(path, "config") == {"generation": 26}
+
+
+def _read_once(path: Path, operation: str) -> str:
+    """'whole', 'mixed ...', a CheckpointError class name, or 'raw ...' for anything else."""
+    try:
+        if operation == "validate":
+            report = validate(path)
+            return "whole" if report.ok else report.errors[0].error
+        if operation == "read":
+            model = read_component(path, "model")
+            generations = {int(a[0]) for a in model.values()} | {a.shape[0] - 256 for a in model.values()}
+        else:
+            with open_checkpoint(path) as held:
+                tree = held.tree("model")
+                generations = {int(tree[k].read()[-1]) for k in tree} | {held.read("config")["generation"]}
+        return "whole" if len(generations) == 1 else f"mixed {sorted(generations)}"
+    except CheckpointError as exc:
+        return type(exc).error_class
+    except Exception as exc:  # the property under test: nothing else escapes
+        return f"raw {type(exc).__name__}: {exc}"
+
+
+def test_opening_with_no_descriptor_to_spare_holds_fewer_files(tmp_path: Path) -> None:
+    """Holding files open is best effort: at the descriptor limit a reader still opens and reads."""
+    import resource
+
+    path = _save(tmp_path / "ckpt", 1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    spare: list[int] = []
+    held = open_checkpoint(path)  # opened with descriptors to spare, for comparison
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+        while True:
+            try:
+                spare.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        for _ in range(5):  # room to open and list the checkpoint, not to hold its three files too
+            os.close(spare.pop())
+        with open_checkpoint(path) as tight:
+            assert len(tight.source._pinned) < 3  # type: ignore[attr-defined]  # a DirectorySource
+            for fd in spare[-8:]:
+                os.close(fd)
+            del spare[-8:]
+            assert tight.read("config") == held.read("config") == {"generation": 1}
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        held.close()
+
+
+def test_a_save_whose_target_another_writer_moved_aside_gives_no_raw_os_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RENAME_EXCHANGE another writer may rename the target aside first (R-PUB-6): report the race."""
+    monkeypatch.setattr(publish, "USE_EXCHANGE", False)
+    target = _save(tmp_path / "ckpt", 1)
+    aside = tmp_path / ".ckpt.oc-old-otherwriter"
+
+    def other_writer_renames_it_first(operation: str) -> None:
+        if operation == "rename-old" and not aside.exists():
+            os.rename(target, aside)  # the other writer, between its two renames
+
+    publish.FAULT_HOOK = other_writer_renames_it_first
+    try:
+        with pytest.raises(ConcurrentModification, match="another process published or is publishing"):
+            _save(target, 2)
+    finally:
+        publish.FAULT_HOOK = None
+    # Readers still find the previous checkpoint, through the other writer's old copy (R-PUB-13).
+    assert read_component(target, "config") == {"generation": 1}
+
+
+def test_inspect_describes_the_checkpoint_it_opened_when_replaced_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import opencheckpoint.inspect as inspect_module
+
+    path = _save(tmp_path / "ckpt", 1)
+    original = inspect_module.check_structure
+
+    def replaced_first(reader: Any, report: Any) -> Any:
+        _save(path, 2)  # deletes the files of the checkpoint being described
+        return original(reader, report)
+
+    monkeypatch.setattr(inspect_module, "check_structure", replaced_first)
+    summary = inspect_module.describe(path)
+    assert summary["ok"], summary["errors"]
+    assert {tuple(a["shape"]) for a in summary["components"]["model"]["arrays"]} == {(257,)}
