@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile
 from .container.archive import ArchiveSource
+from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .reader import CheckpointReader, array_view, verify_view
@@ -214,6 +214,7 @@ def check_structure(
         where = _attempt(report, failed, name, reader.check_tree_layout, decoded)
         if where is not None:
             layouts[name] = (decoded, *where)
+    return layouts, crc_checked
 
 
 #: The payload file of each kind that has one (step 13).
