@@ -478,7 +478,7 @@ def run_input(path: Path, tree_documents: list[bytes]) -> str:
         render_error = exc
     # R-CMP-19 / R-CMP-21: CMD read decodes every component, so a valid checkpoint holding a component of a
     # built-in kind with a newer kind_version fails there (UnsupportedVersion) while validate() is ok.
-    rendered = render_error is None or (report.ok and render_error.section in ("R-CMP-19", "R-CMP-21"))
+    rendered = render_error is None or (report.ok and render_error.rule in ("R-CMP-19", "R-CMP-21"))
     accepted = open_error is None and not read_errors
     if report.ok and not accepted:
         first = open_error or read_errors[0]
@@ -496,9 +496,9 @@ def run_input(path: Path, tree_documents: list[bytes]) -> str:
 
 
 def _validate_only(issue: Any, opaque_paths: list[str]) -> bool:
-    if issue.section in VALIDATE_ONLY:
+    if issue.rule in VALIDATE_ONLY:
         return True
-    if issue.section != "R-CHK-7":
+    if issue.rule != "R-CHK-7":
         return False
     # Whole-file CRC-32C: reading checks each array's CRC, not data.bin's, and never reads the files of a
     # component it cannot decode (unknown kind, newer kind_version).

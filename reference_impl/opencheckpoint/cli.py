@@ -127,11 +127,11 @@ DISPLAY_ERRORS = 100
 
 
 def _print_issues(out: Console, errors: list[Any]) -> None:
-    """One line per error (file, field, section, message), each value clipped, at most DISPLAY_ERRORS."""
+    """One line per error (file, field, rule, message), each value clipped, at most DISPLAY_ERRORS."""
     for issue in errors[:DISPLAY_ERRORS]:
         get = issue.get if isinstance(issue, dict) else issue.__dict__.get
         out.print(f"  {get('error')}: file={clip(get('file') or '-')} field={clip(get('field') or '-')} "
-                  f"section={get('section') or '-'}: {clip(get('message') or '', 2 * DISPLAY_CHARS)}", markup=False)
+                  f"rule={get('rule') or '-'}: {clip(get('message') or '', 2 * DISPLAY_CHARS)}", markup=False)
     if len(errors) > DISPLAY_ERRORS:
         out.print(f"  ... {len(errors) - DISPLAY_ERRORS} more (--json lists every one)", markup=False)
 

@@ -47,7 +47,7 @@ DTYPES: Final[dict[str, tuple[int, type]]] = {
 
 
 def _unknown(name: object) -> UnknownDtype:
-    return UnknownDtype(f"dtype {name!r} is not in the dtype table", section="R-DT-1")
+    return UnknownDtype(f"dtype {name!r} is not in the dtype table", rule="R-DT-1")
 
 
 def itemsize(name: str) -> int:
@@ -74,5 +74,5 @@ def dtype_name(dtype: np.dtype) -> str:
     """The spec name of a NumPy dtype (either byte order); :class:`UnknownDtype` otherwise."""
     name = _BY_NUMPY.get(dtype.newbyteorder("="))
     if name is None:
-        raise UnknownDtype(f"NumPy dtype {dtype} has no OpenCheckpoint name", section="R-DT-1")
+        raise UnknownDtype(f"NumPy dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
     return name

@@ -4,14 +4,14 @@ Every failure a reader or writer reports is a :class:`CheckpointError`
 subclass. Each class corresponds to one failure class of the spec, and each
 instance carries *where* the failure is: the checkpoint file (a path inside
 the checkpoint), the field (a JSON pointer into the manifest or a path into
-the tree) and the spec requirement or section it violates.
+the tree) and the spec requirement (rule ID) it violates.
 
 The location is attached by the code that knows it (the dispatcher), not by
 every rule: rules raise with a message, callers add ``file=``/``field=`` via
 :meth:`CheckpointError.at`.
 
 >>> err = IntegrityError("crc32c mismatch: stored 00000000, computed 1a2b3c4d",
-...                      file="components/model/data.bin", field="$.w", section="R-ARR-14")
+...                      file="components/model/data.bin", field="$.w", rule="R-ARR-14")
 >>> str(err)
 'IntegrityError: components/model/data.bin: $.w: crc32c mismatch: stored 00000000, computed 1a2b3c4d [R-ARR-14]'
 >>> isinstance(err, CheckpointError)
@@ -33,7 +33,7 @@ class CheckpointError(Exception):
             ``$.components.model.files['data.bin'].size``, a tree path such as
             ``$.w[3]``, or a ZIP structure field such as
             ``central directory entry 2: compression method``.
-        section: the spec requirement ID (``R-...``) the input violates.
+        rule: the spec requirement ID (``R-...``) the input violates.
     """
 
     #: Class name reported by the conformance protocol (stable across versions).
@@ -45,14 +45,14 @@ class CheckpointError(Exception):
         *,
         file: str | None = None,
         field: str | None = None,
-        section: str | None = None,
+        rule: str | None = None,
         result: Any = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.file = file
         self.field = field
-        self.section = section
+        self.rule = rule
         #: Partial :class:`~opencheckpoint.LoadResult` when a load failed midway.
         self.result = result
 
@@ -75,8 +75,8 @@ class CheckpointError(Exception):
             parts.append(f"{self.field}:")
         parts.append(self.message)
         text = " ".join(parts)
-        if self.section:
-            text += f" [{self.section}]"
+        if self.rule:
+            text += f" [{self.rule}]"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,7 +85,7 @@ class CheckpointError(Exception):
             "error": type(self).error_class,
             "file": self.file,
             "field": self.field,
-            "section": self.section,
+            "rule": self.rule,
             "message": self.message,
         }
 

@@ -33,5 +33,5 @@ def local_path(path: str | os.PathLike[str]) -> Path:
     match = _URL.match(text)
     if match is not None:
         raise UnsupportedLocation(f"a URL, not a local path: remote storage ({match.group(0)!r}) is not supported "
-                                  "yet; copy the checkpoint to a local path", file=text, section="R-PUB-20")
+                                  "yet; copy the checkpoint to a local path", file=text, rule="R-PUB-20")
     return Path(text)

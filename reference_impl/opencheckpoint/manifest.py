@@ -139,20 +139,20 @@ def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
     """R-MAN-8, R-MAN-9, then R-MAN-10 and R-VER-3; return the written format version."""
     if not isinstance(raw, dict):
         raise NotACheckpoint(f"the top-level JSON value is a {type(raw).__name__}, not an object",
-                             file=MANIFEST_NAME, field="$", section="R-MAN-8")
+                             file=MANIFEST_NAME, field="$", rule="R-MAN-8")
     if raw.get("format") != FORMAT_NAME:
         shown = repr(raw["format"])[:60] if "format" in raw else "missing"
         raise NotACheckpoint(f"member 'format' is {shown}, expected {FORMAT_NAME!r}",
-                             file=MANIFEST_NAME, field="$.format", section="R-MAN-9")
+                             file=MANIFEST_NAME, field="$.format", rule="R-MAN-9")
     if "format_version" not in raw:
         raise ManifestError("required member 'format_version' is missing", file=MANIFEST_NAME,
-                            field="$.format_version", section="R-MAN-10")
+                            field="$.format_version", rule="R-MAN-10")
     version = raw["format_version"]
     # R-MAN-10 is a rule of format version 1; a chain that migrates a (hypothetical) older draft
     # reads that draft by its own rules, so only versions below the chain's oldest are rejected here.
     if type(version) is not int or version < min(1, chain.oldest_version):
         raise ManifestError(f"format_version {version!r} is not an integer >= 1"[:120], file=MANIFEST_NAME,
-                            field="$.format_version", section="R-MAN-10")
+                            field="$.format_version", rule="R-MAN-10")
     chain.steps_from(version)  # R-VER-3: newer than this reader
     return int(version)
 
@@ -166,19 +166,19 @@ def verify_manifest_checksum(data: bytes) -> None:
         shape = _SUFFIX_SHAPE.fullmatch(tail)
         why = ("the checksum is not 8 lowercase hex digits" if shape else
                'the file does not end with \'"manifest_crc32c": "<8 hex digits>"\\n}\\n\'')
-        raise ManifestError(why, file=MANIFEST_NAME, field="$.manifest_crc32c", section="R-CHK-1")
+        raise ManifestError(why, file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-1")
     head = memoryview(data)[: len(data) - SUFFIX_LENGTH]
     position = len(head) - 1
     while position >= 0 and head[position] in _WHITESPACE:
         position -= 1
     if position < 0 or head[position] != ord(","):
         raise ManifestError("the bytes before the checksum suffix do not end with ',' and whitespace",
-                            file=MANIFEST_NAME, field="$.manifest_crc32c", section="R-CHK-2")
+                            file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-2")
     stored = match.group(1).decode("ascii")
     computed = format_crc32c(crc32c_of(head))
     if stored != computed:
         raise IntegrityError(f"manifest crc32c mismatch: stored {stored}, computed {computed}",
-                             file=MANIFEST_NAME, field="$.manifest_crc32c", section="R-CHK-3")
+                             file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-3")
 
 
 # -- step 7 -----------------------------------------------------------------------------------
@@ -189,10 +189,10 @@ def _is_int(value: Any) -> bool:
 def _integer_error(value: Any, where: str, rule: str, what: str, minimum: int) -> CheckpointError | None:
     if type(value) is float:
         return ManifestError(f"{what} is written with a fraction or exponent; integers are written "
-                             "as plain number tokens", file=MANIFEST_NAME, field=where, section="R-MAN-7")
+                             "as plain number tokens", file=MANIFEST_NAME, field=where, rule="R-MAN-7")
     if not _is_int(value) or not minimum <= value <= JSON_MAX_SAFE_INT:
         return ManifestError(f"{what} must be an integer >= {minimum}, got {value!r}"[:200], file=MANIFEST_NAME,
-                             field=where, section=rule)
+                             field=where, rule=rule)
     return None
 
 
@@ -201,11 +201,11 @@ def _members(obj: dict[str, Any], required: Collection[str], allowed: Collection
     for name in required:
         if name not in obj:
             errors.append(ManifestError(f"required member {name!r} is missing", file=MANIFEST_NAME,
-                                        field=f"{where}{field_of(name)[1:]}", section=missing_rule))
+                                        field=f"{where}{field_of(name)[1:]}", rule=missing_rule))
     for name in obj:
         if name not in allowed:
             errors.append(ManifestError(f"unknown member {name!r}", file=MANIFEST_NAME,
-                                        field=f"{where}{field_of(name)[1:]}", section=extra_rule))
+                                        field=f"{where}{field_of(name)[1:]}", rule=extra_rule))
 
 
 def _days_in_month(year: int, month: int) -> int:
@@ -239,7 +239,7 @@ def timestamp_error(text: str) -> str | None:
 def _string_map_error(value: Any, where: str, rule: str, what: str) -> CheckpointError | None:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         return ManifestError(f"{what} must be an object whose member values are strings", file=MANIFEST_NAME,
-                             field=where, section=rule)
+                             field=where, rule=rule)
     return None
 
 
@@ -252,21 +252,21 @@ def structure_errors(raw: dict[str, Any]) -> list[CheckpointError]:
         value = raw["checkpoint_id"]
         if not isinstance(value, str) or not _ID.fullmatch(value):
             add(ManifestError(f"checkpoint_id {value!r} does not match {ID_PATTERN}"[:200], file=MANIFEST_NAME,
-                              field="$.checkpoint_id", section="R-MAN-13"))
+                              field="$.checkpoint_id", rule="R-MAN-13"))
     if "created_at" in raw:
         value = raw["created_at"]
         if not isinstance(value, str) or not _TIMESTAMP.fullmatch(value):
             add(ManifestError(f"created_at {value!r} does not match {TIMESTAMP_PATTERN}"[:200],
-                              file=MANIFEST_NAME, field="$.created_at", section="R-MAN-14"))
+                              file=MANIFEST_NAME, field="$.created_at", rule="R-MAN-14"))
         else:
             why = timestamp_error(value)
             if why:
-                add(ManifestError(why, file=MANIFEST_NAME, field="$.created_at", section="R-MAN-15"))
+                add(ManifestError(why, file=MANIFEST_NAME, field="$.created_at", rule="R-MAN-15"))
     if "producer" in raw:
         _producer_errors(raw["producer"], errors)
     for name, rule in (("metadata", "R-MAN-21"), ("extensions", "R-MAN-22"), ("components", "R-MAN-23")):
         if name in raw and not isinstance(raw[name], dict):
-            add(ManifestError(f"{name} must be an object", file=MANIFEST_NAME, field=f"$.{name}", section=rule))
+            add(ManifestError(f"{name} must be an object", file=MANIFEST_NAME, field=f"$.{name}", rule=rule))
     if isinstance(raw.get("extensions"), dict):
         for name, record in raw["extensions"].items():
             _extension_errors(name, record, errors)
@@ -274,14 +274,14 @@ def structure_errors(raw: dict[str, Any]) -> list[CheckpointError]:
     if isinstance(components, dict):
         if len(components) > MAX_COMPONENTS:
             add(LimitExceeded(f"{len(components)} components, limit {MAX_COMPONENTS}", file=MANIFEST_NAME,
-                              field="$.components", section="R-LIM-5"))
+                              field="$.components", rule="R-LIM-5"))
             return errors
         total = 0
         for name, record in components.items():
             total += _component_errors(name, record, errors)
             if total > MAX_FILES:
                 add(LimitExceeded(f"more than {MAX_FILES} file entries", file=MANIFEST_NAME,
-                                  field=field_of("components", name, "files"), section="R-LIM-6"))
+                                  field=field_of("components", name, "files"), rule="R-LIM-6"))
                 break
     return errors
 
@@ -289,14 +289,14 @@ def structure_errors(raw: dict[str, Any]) -> list[CheckpointError]:
 def _producer_errors(producer: Any, errors: list[CheckpointError]) -> None:
     if not isinstance(producer, dict):
         errors.append(ManifestError("producer must be an object", file=MANIFEST_NAME, field="$.producer",
-                                    section="R-MAN-16"))
+                                    rule="R-MAN-16"))
         return
     for name, rule in (("name", "R-MAN-17"), ("version", "R-MAN-18")):
         value = producer.get(name)
         if not isinstance(value, str) or not 1 <= len(value) <= 128:
             what = "is missing" if name not in producer else f"is {value!r}"[:80]
             errors.append(ManifestError(f"producer.{name} must be a string of 1 to 128 code points; it {what}",
-                                        file=MANIFEST_NAME, field=f"$.producer.{name}", section=rule))
+                                        file=MANIFEST_NAME, field=f"$.producer.{name}", rule=rule))
     if "environment" in producer:
         error = _string_map_error(producer["environment"], "$.producer.environment", "R-MAN-19",
                                   "producer.environment")
@@ -305,17 +305,17 @@ def _producer_errors(producer: Any, errors: list[CheckpointError]) -> None:
     for name in producer:
         if name not in _PRODUCER_MEMBERS:
             errors.append(ManifestError(f"unknown member {name!r}", file=MANIFEST_NAME,
-                                        field=f"$.producer{field_of(name)[1:]}", section="R-MAN-20"))
+                                        field=f"$.producer{field_of(name)[1:]}", rule="R-MAN-20"))
 
 
 def _extension_errors(name: str, record: Any, errors: list[CheckpointError]) -> None:
     where = field_of("extensions", name)
     if not _EXTENSION_NAME.fullmatch(name):
         errors.append(ManifestError(f"extension name {name!r} does not match {EXTENSION_NAME_PATTERN}",
-                                    file=MANIFEST_NAME, field=where, section="R-EXT-1"))
+                                    file=MANIFEST_NAME, field=where, rule="R-EXT-1"))
     if not isinstance(record, dict):
         errors.append(ManifestError("an extension record must be an object", file=MANIFEST_NAME, field=where,
-                                    section="R-EXT-2"))
+                                    rule="R-EXT-2"))
         return
     _members(record, _EXTENSION_MEMBERS, _EXTENSION_MEMBERS, where, "R-EXT-2", "R-EXT-3", errors)
     if "version" in record:
@@ -324,7 +324,7 @@ def _extension_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
             errors.append(error)
     if "must_understand" in record and type(record["must_understand"]) is not bool:
         errors.append(ManifestError("must_understand must be true or false", file=MANIFEST_NAME,
-                                    field=where + ".must_understand", section="R-EXT-5"))
+                                    field=where + ".must_understand", rule="R-EXT-5"))
 
 
 def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> int:
@@ -333,16 +333,16 @@ def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
     where = field_of("components", name)
     if not _NAME.fullmatch(name):
         add(ManifestError(f"component name {name!r} does not match ^[A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}$"[:200],
-                          file=MANIFEST_NAME, field=where, section="R-CMP-1"))
+                          file=MANIFEST_NAME, field=where, rule="R-CMP-1"))
     if not isinstance(record, dict):
         add(ManifestError("a component record must be an object", file=MANIFEST_NAME, field=where,
-                          section="R-CMP-2"))
+                          rule="R-CMP-2"))
         return 0
     _members(record, _RECORD_REQUIRED, _RECORD_MEMBERS, where, "R-CMP-2", "R-CMP-3", errors)
     kind = record.get("kind")
     if "kind" in record and (not isinstance(kind, str) or not _KIND.fullmatch(kind)):
         add(ManifestError(f"kind {kind!r} is not 'tree', 'json', 'files' or a namespaced kind"[:200],
-                          file=MANIFEST_NAME, field=where + ".kind", section="R-CMP-4"))
+                          file=MANIFEST_NAME, field=where + ".kind", rule="R-CMP-4"))
     if "kind_version" in record:
         error = _integer_error(record["kind_version"], where + ".kind_version", "R-CMP-5", "kind_version", 1)
         if error:
@@ -353,13 +353,13 @@ def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
             add(error)
     if "metadata" in record and not isinstance(record["metadata"], dict):
         add(ManifestError("metadata must be an object", file=MANIFEST_NAME, field=where + ".metadata",
-                          section="R-CMP-11"))
+                          rule="R-CMP-11"))
     files = record.get("files")
     if "files" not in record:
         return 0
     if not isinstance(files, dict):
         add(ManifestError("files must be an object", file=MANIFEST_NAME, field=where + ".files",
-                          section="R-CMP-9"))
+                          rule="R-CMP-9"))
         return 0
     for rel, entry in files.items():
         _entry_errors(f"{where}.files{field_of(rel)[1:]}", entry, errors)
@@ -367,14 +367,14 @@ def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
     if expected is not None and isinstance(kind, str) and record.get("kind_version") == 1 and set(files) != expected:
         add(ManifestError(f"a {kind!r} component of kind_version 1 has exactly the files {sorted(expected)}, "
                           f"got {sorted(files)}"[:300], file=MANIFEST_NAME, field=where + ".files",
-                          section=KIND_FILE_RULE[kind]))
+                          rule=KIND_FILE_RULE[kind]))
     return len(files)
 
 
 def _entry_errors(where: str, entry: Any, errors: list[CheckpointError]) -> None:
     add = errors.append
     if not isinstance(entry, dict):
-        add(ManifestError("a file entry must be an object", file=MANIFEST_NAME, field=where, section="R-CMP-13"))
+        add(ManifestError("a file entry must be an object", file=MANIFEST_NAME, field=where, rule="R-CMP-13"))
         return
     _members(entry, ("size", "crc32c"), _ENTRY_MEMBERS, where, "R-CMP-13", "R-CMP-14", errors)
     if "size" in entry:
@@ -383,10 +383,10 @@ def _entry_errors(where: str, entry: Any, errors: list[CheckpointError]) -> None
             add(error)
     if "crc32c" in entry and (not isinstance(entry["crc32c"], str) or not _CRC.fullmatch(entry["crc32c"])):
         add(ManifestError("crc32c must be 8 lowercase hex digits", file=MANIFEST_NAME, field=where + ".crc32c",
-                          section="R-CHK-4"))
+                          rule="R-CHK-4"))
     if "sha256" in entry and (not isinstance(entry["sha256"], str) or not _SHA.fullmatch(entry["sha256"])):
         add(ManifestError("sha256 must be 64 lowercase hex digits", file=MANIFEST_NAME, field=where + ".sha256",
-                          section="R-CHK-5"))
+                          rule="R-CHK-5"))
 
 
 # -- step 8 -----------------------------------------------------------------------------------
@@ -430,10 +430,10 @@ def path_errors(raw: dict[str, Any]) -> list[CheckpointError]:
         key = ascii_fold(record["path"])
         if key == MANIFEST_NAME:
             errors.append(UnsafePath("a component path may not be 'manifest.json'", file=MANIFEST_NAME,
-                                     field=where, section="R-CMP-8"))
+                                     field=where, rule="R-CMP-8"))
         if key in folded:
             errors.append(UnsafePath(f"component path {record['path']!r} equals that of {folded[key]!r} after "
-                                     "ASCII case folding", file=MANIFEST_NAME, field=where, section="R-CMP-6"))
+                                     "ASCII case folding", file=MANIFEST_NAME, field=where, rule="R-CMP-6"))
         folded.setdefault(key, name)
     for name, record in components.items():
         parts = ascii_fold(record["path"]).split("/")
@@ -442,7 +442,7 @@ def path_errors(raw: dict[str, Any]) -> list[CheckpointError]:
             if other is not None:
                 errors.append(UnsafePath(f"component path {record['path']!r} is inside component {other!r}'s "
                                          "path", file=MANIFEST_NAME, field=field_of("components", name, "path"),
-                                         section="R-CMP-7"))
+                                         rule="R-CMP-7"))
                 break
     for conflict in conflict_errors([MANIFEST_NAME] + [path for path, _, _ in full_paths]):
         errors.append(_at(conflict, "$.components"))
@@ -462,7 +462,7 @@ def understands(name: str, version: int, understood: Collection[str] | Mapping[s
 def _schema_error(exc: ValidationError) -> ManifestError:
     first = exc.errors()[0]
     where = field_of(*(str(part) for part in first["loc"]))
-    return ManifestError(f"{first['msg']}", file=MANIFEST_NAME, field=where, section="R-MAN-11")
+    return ManifestError(f"{first['msg']}", file=MANIFEST_NAME, field=where, rule="R-MAN-11")
 
 
 def _raise_first(errors: list[CheckpointError], issues: list[CheckpointError] | None) -> None:
@@ -488,7 +488,7 @@ def parse_manifest(
 
     if len(data) > MANIFEST_MAX_BYTES:
         raise LimitExceeded(f"manifest is {len(data)} bytes, limit {MANIFEST_MAX_BYTES}",
-                            file=MANIFEST_NAME, section="R-LIM-1")
+                            file=MANIFEST_NAME, rule="R-LIM-1")
     raw = parse_ijson(data, file=MANIFEST_NAME)
     written_version = identify(raw, chain)
     if written_version >= 1:  # the checksum suffix is a rule of every format version from 1 on
@@ -505,5 +505,5 @@ def parse_manifest(
             raise UnsupportedExtension(
                 f"extension {name!r} (version {extension.version}) is declared must_understand and this "
                 "reader does not implement it",
-                file=MANIFEST_NAME, field=field_of("extensions", name), section="R-EXT-7")
+                file=MANIFEST_NAME, field=field_of("extensions", name), rule="R-EXT-7")
     return ParsedManifest(manifest=manifest, raw=migrated, written_version=written_version, size=len(data))

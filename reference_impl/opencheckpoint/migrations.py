@@ -86,19 +86,19 @@ class MigrationChainRunner:
         if not isinstance(version, int) or isinstance(version, bool):
             raise UnsupportedVersion(
                 f"format_version {version!r} is not an integer", file="manifest.json",
-                field="$.format_version", section="R-VER-2",
+                field="$.format_version", rule="R-VER-2",
             )
         if version > self.current_version:
             raise UnsupportedVersion(
                 f"checkpoint format_version {version} is newer than the highest this reader supports "
                 f"({self.current_version}); upgrade opencheckpoint",
-                file="manifest.json", field="$.format_version", section="R-VER-3",
+                file="manifest.json", field="$.format_version", rule="R-VER-3",
             )
         if version < self.oldest_version:
             raise UnsupportedVersion(
                 f"checkpoint format_version {version} is older than the oldest this reader migrates "
                 f"({self.oldest_version}; highest supported {self.current_version})",
-                file="manifest.json", field="$.format_version", section="R-VER-4",
+                file="manifest.json", field="$.format_version", rule="R-VER-4",
             )
         return self.steps[version - self.oldest_version :]
 

@@ -47,28 +47,28 @@ def path_limit_error(path: object) -> LimitExceeded | None:
         return None
     size = _byte_length(path)
     if size > PATH_MAX_BYTES:
-        return LimitExceeded(f"path is {size} bytes, limit {PATH_MAX_BYTES}", section="R-LIM-7")
+        return LimitExceeded(f"path is {size} bytes, limit {PATH_MAX_BYTES}", rule="R-LIM-7")
     for segment in path.split("/"):
         size = _byte_length(segment)
         if size > SEGMENT_MAX_BYTES:
-            return LimitExceeded(f"a path segment is {size} bytes, limit {SEGMENT_MAX_BYTES}", section="R-LIM-8")
+            return LimitExceeded(f"a path segment is {size} bytes, limit {SEGMENT_MAX_BYTES}", rule="R-LIM-8")
     return None
 
 
 def path_grammar_error(path: object, requirement: str) -> UnsafePath | None:
     """The segment grammar for one path, reported under ``requirement`` (R-PATH-1, -2 or -5)."""
     if not isinstance(path, str):
-        return UnsafePath(f"path {path!r} is not a string", section=requirement)
+        return UnsafePath(f"path {path!r} is not a string", rule=requirement)
     for segment in path.split("/"):
         if not _SEGMENT.fullmatch(segment):
-            return UnsafePath(f"path segment {segment!r} does not match {SEGMENT_PATTERN}", section=requirement)
+            return UnsafePath(f"path segment {segment!r} does not match {SEGMENT_PATTERN}", rule=requirement)
     return None
 
 
 def check_segment(segment: str) -> str:
     """Raise :class:`UnsafePath` unless ``segment`` is one allowed path segment (or component name)."""
     if not isinstance(segment, str) or not _SEGMENT.fullmatch(segment):
-        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", section="R-PATH-1")
+        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", rule="R-PATH-1")
     return segment
 
 
@@ -88,7 +88,7 @@ def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
         key = ascii_fold(path)
         if key in folded:
             errors.append(UnsafePath(f"paths {folded[key]!r} and {path!r} are equal after ASCII case folding",
-                                     section="R-PATH-3"))
+                                     rule="R-PATH-3"))
             continue
         folded[key] = path
     for key, path in folded.items():
@@ -97,7 +97,7 @@ def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
             prefix = "/".join(parts[:depth])
             if prefix in folded:
                 errors.append(UnsafePath(f"{folded[prefix]!r} is a file and also a directory of {path!r}",
-                                         section="R-PATH-4"))
+                                         rule="R-PATH-4"))
                 break
     return errors
 

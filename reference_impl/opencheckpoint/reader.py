@@ -322,7 +322,7 @@ def _check_crc(crc: int, ref: ArrayRef, file: str) -> None:
     if crc != ref.crc32c:
         raise IntegrityError(
             f"array crc32c mismatch: stored {format_crc32c(ref.crc32c)}, computed {format_crc32c(crc)}",
-            file=file, field=ref.path, section="R-ARR-14")
+            file=file, field=ref.path, rule="R-ARR-14")
 
 
 def _check_bool(array: np.ndarray, ref: ArrayRef, file: str) -> None:
@@ -332,7 +332,7 @@ def _check_bool(array: np.ndarray, ref: ArrayRef, file: str) -> None:
 
 def _bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
     return ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
-                            section="R-ARR-13")
+                            rule="R-ARR-13")
 
 
 class LazyArray:
@@ -442,7 +442,7 @@ class CheckpointReader:
         self._understood = understood_extensions
         if is_staging_name(self.path):
             raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(self.path),
-                                 section="R-PUB-12")
+                                 rule="R-PUB-12")
         self.location, self.source, self.parsed = _open_consistent(self.path, understood_extensions, issues,
                                                                    check_files)
 
@@ -475,12 +475,12 @@ class CheckpointReader:
         limit = {"tree.msgpack": (TREE_MAX_BYTES, "R-LIM-9"), "value.json": (VALUE_JSON_MAX_BYTES, "R-LIM-2")}
         if record.kind in ("tree", "json") and rel in limit and entry.size > limit[rel][0]:
             raise LimitExceeded(f"{rel} is {entry.size} bytes, limit {limit[rel][0]}", file=full,
-                                field=where + ".size", section=limit[rel][1])
+                                field=where + ".size", rule=limit[rel][1])
         data = self.source.read_file(full, entry.size)
         computed = format_crc32c(crc32c_of(data))
         if computed != entry.crc32c:
             raise IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed {computed}", file=full,
-                                 field=where + ".crc32c", section="R-CHK-7")
+                                 field=where + ".crc32c", rule="R-CHK-7")
         return data
 
     def check_kind(self, name: str, kind: str | None = None) -> ComponentRecord:
@@ -489,12 +489,12 @@ class CheckpointReader:
         where = field_of("components", name)
         if record.kind not in KIND_VERSIONS:
             raise UnknownComponentKind(f"component {name!r} has kind {record.kind!r}, which this reader does not "
-                                       "implement", file=MANIFEST_NAME, field=where + ".kind", section="R-CMP-21")
+                                       "implement", file=MANIFEST_NAME, field=where + ".kind", rule="R-CMP-21")
         if record.kind_version > KIND_VERSIONS[record.kind]:
             raise UnsupportedVersion(
                 f"{record.kind} kind_version {record.kind_version} is newer than the highest this reader "
                 f"supports ({KIND_VERSIONS[record.kind]})",
-                file=MANIFEST_NAME, field=where + ".kind_version", section="R-CMP-19")
+                file=MANIFEST_NAME, field=where + ".kind_version", rule="R-CMP-19")
         if kind is not None and record.kind != kind:
             raise IncompatibleComponent(f"component {name!r} is a {record.kind!r} component, not {kind!r}",
                                         file=MANIFEST_NAME, field=where + ".kind")
@@ -749,7 +749,7 @@ def _open_consistent(
         except CheckpointError as exc:
             error: CheckpointError = exc
         except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
-            error = MissingFile(f"cannot read: {exc.strerror}", file=str(exc.filename or target), section="R-CON-3")
+            error = MissingFile(f"cannot read: {exc.strerror}", file=str(exc.filename or target), rule="R-CON-3")
         if identity(target) == before and not isinstance(error, ConcurrentModification):
             if issues is not None and found:
                 issues.extend(found)
@@ -757,7 +757,7 @@ def _open_consistent(
         if attempt:
             raise ConcurrentModification(
                 f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
-                f"row; the last attempt failed with {error}", file=str(target), section="R-RDR-13") from None
+                f"row; the last attempt failed with {error}", file=str(target), rule="R-RDR-13") from None
     raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
 
 
@@ -781,19 +781,19 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
             if missing <= REPORTED_PER_RULE:
                 errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
                                           field=field_of("components", component, "files", key),
-                                          section="R-CON-3"))
+                                          rule="R-CON-3"))
     if missing > REPORTED_PER_RULE:
         errors.append(MissingFile(f"and {missing - REPORTED_PER_RULE} more listed files are absent (not reported "
-                                  "one by one)", file=str(source.path), field="$.components", section="R-CON-3"))
+                                  "one by one)", file=str(source.path), field="$.components", rule="R-CON-3"))
     extra = 0
     for rel in files:
         if rel != MANIFEST_NAME and rel not in listed:
             extra += 1
             if extra <= REPORTED_PER_RULE:
-                errors.append(ExtraFile("no component lists this file", file=rel, section="R-CON-2"))
+                errors.append(ExtraFile("no component lists this file", file=rel, rule="R-CON-2"))
     if extra > REPORTED_PER_RULE:
         errors.append(ExtraFile(f"and {extra - REPORTED_PER_RULE} more files that no component lists (not "
-                                "reported one by one)", file=str(source.path), section="R-CON-2"))
+                                "reported one by one)", file=str(source.path), rule="R-CON-2"))
     _raise_first(errors, issues)
     components = parsed.manifest.components
     for rel, (component, key) in listed.items():
@@ -802,7 +802,7 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
             error = IntegrityError(f"file is {files[rel]} bytes, the manifest says {expected} "
                                    f"({'truncated' if files[rel] < expected else 'extended'})", file=rel,
                                    field=field_of("components", component, "files", key, "size"),
-                                   section="R-CHK-6")
+                                   rule="R-CHK-6")
             errors.append(error)
     _raise_first(errors, issues)
 
@@ -827,10 +827,10 @@ def _open_fallback(
     if not candidates:
         writers = writers_at(target)
         hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
-        raise NotACheckpoint(f"no such file or directory{hint}", file=str(target), section="R-PUB-10")
+        raise NotACheckpoint(f"no such file or directory{hint}", file=str(target), rule="R-PUB-10")
     raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
                          f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
-                         section="R-PUB-14")
+                         rule="R-PUB-14")
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:

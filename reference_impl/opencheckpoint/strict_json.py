@@ -43,20 +43,20 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _Reject(ManifestError(f"duplicate member name {key!r}", section="R-MAN-4"))
+            raise _Reject(ManifestError(f"duplicate member name {key!r}", rule="R-MAN-4"))
         result[key] = value
     return result
 
 
 def _constant(name: str) -> Any:
-    raise _Reject(ManifestError(f"{name} is not a JSON token", section="R-MAN-3"))
+    raise _Reject(ManifestError(f"{name} is not a JSON token", rule="R-MAN-3"))
 
 
 def _integer(text: str) -> int:
     # Length first: int() of a huge token is slow (and Python caps it at 4300 digits).
     if len(text.lstrip("-").lstrip("0")) > _MAX_INT_DIGITS or abs(int(text)) > JSON_MAX_SAFE_INT:
         shown = text if len(text) <= 40 else text[:20] + "..."
-        raise _Reject(LimitExceeded(f"integer {shown} is outside +-(2**53-1)", section="R-LIM-4"))
+        raise _Reject(LimitExceeded(f"integer {shown} is outside +-(2**53-1)", rule="R-LIM-4"))
     return int(text)
 
 
@@ -64,12 +64,12 @@ def _float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         shown = text if len(text) <= 40 else text[:20] + "..."
-        raise _Reject(ManifestError(f"number {shown} does not round to a finite binary64", section="R-MAN-6"))
+        raise _Reject(ManifestError(f"number {shown} does not round to a finite binary64", rule="R-MAN-6"))
     return value
 
 
 def _too_deep() -> LimitExceeded:
-    return LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", section="R-LIM-3")
+    return LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", rule="R-LIM-3")
 
 
 def _walk(value: Any) -> None:
@@ -96,16 +96,16 @@ def _check_string(text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise ManifestError("a string holds an escaped surrogate that is not part of a pair",
-                            section="R-MAN-5") from None
+                            rule="R-MAN-5") from None
 
 
 def _parse(data: bytes) -> Any:
     if data[:3] == b"\xef\xbb\xbf":
-        raise ManifestError("starts with a byte order mark", section="R-MAN-2")
+        raise ManifestError("starts with a byte order mark", rule="R-MAN-2")
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"not UTF-8 ({exc.reason} at byte {exc.start})", section="R-MAN-1") from None
+        raise ManifestError(f"not UTF-8 ({exc.reason} at byte {exc.start})", rule="R-MAN-1") from None
     try:
         value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_integer,
                            parse_float=_float)
@@ -115,7 +115,7 @@ def _parse(data: bytes) -> Any:
         raise _too_deep() from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                            section="R-MAN-3") from None
+                            rule="R-MAN-3") from None
     _walk(value)
     return value
 
@@ -128,9 +128,9 @@ def parse_ijson(data: bytes, *, file: str, document: str = "manifest") -> Any:
     try:
         return _parse(data)
     except CheckpointError as exc:
-        if document == "value" and exc.section and exc.section.startswith("R-MAN-"):
-            exc.message = f"{exc.message} (value.json must satisfy {exc.section})"
-            exc.section = "R-CMP-18"
+        if document == "value" and exc.rule and exc.rule.startswith("R-MAN-"):
+            exc.message = f"{exc.message} (value.json must satisfy {exc.rule})"
+            exc.rule = "R-CMP-18"
         raise exc.at(file=file, field="$") from None
 
 

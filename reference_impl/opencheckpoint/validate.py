@@ -20,7 +20,7 @@ Examples:
     True
     >>> with open(os.path.join(path, "components/w/data.bin"), "r+b") as f:
     ...     _ = f.write(b"\\xff")
-    >>> [(e.error, e.section) for e in validate(path).errors]
+    >>> [(e.error, e.rule) for e in validate(path).errors]
     [('IntegrityError', 'R-ARR-14'), ('IntegrityError', 'R-CHK-7')]
 """
 
@@ -48,17 +48,17 @@ class ValidationIssue:
     error: str
     file: str | None
     field: str | None
-    section: str | None
+    rule: str | None
     message: str
 
     @classmethod
     def of(cls, exc: CheckpointError) -> ValidationIssue:
-        return cls(type(exc).error_class, exc.file, exc.field, exc.section, exc.message)
+        return cls(type(exc).error_class, exc.file, exc.field, exc.rule, exc.message)
 
     def __str__(self) -> str:
         location = ": ".join(x for x in (self.file, self.field) if x)
-        section = f" [{self.section}]" if self.section else ""
-        return f"{self.error}: {location}: {self.message}{section}" if location else f"{self.error}: {self.message}"
+        rule = f" [{self.rule}]" if self.rule else ""
+        return f"{self.error}: {location}: {self.message}{rule}" if location else f"{self.error}: {self.message}"
 
 
 @dataclass
@@ -138,7 +138,7 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
 def _is_inventory_error(exc: CheckpointError) -> bool:
     """Step 10-11 errors about one file (R-CON-2 extra, R-CON-3 missing, R-CHK-6 size)."""
     return isinstance(exc, (ExtraFile, MissingFile)) or (isinstance(exc, IntegrityError)
-                                                          and exc.section == "R-CHK-6")
+                                                          and exc.rule == "R-CHK-6")
 
 
 def _attempt(report: ValidationReport, failed: set[str], name: str, check: Callable[..., Any], *args: Any) -> Any:
@@ -277,10 +277,10 @@ def _check_files(reader: CheckpointReader, report: ValidationReport, progress: A
             if full not in crc_checked and format_crc32c(crc) != entry.crc32c:
                 report.add(IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed "
                                           f"{format_crc32c(crc)}", file=full, field=where + ".crc32c",
-                                          section="R-CHK-7"))
+                                          rule="R-CHK-7"))
             if digest is not None and digest.hexdigest() != entry.sha256:
                 report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256",
-                                          section="R-CHK-8"))
+                                          rule="R-CHK-8"))
             if is_archive and zip_crc != source.zip_crc32(full):  # type: ignore[attr-defined]  # an ArchiveSource
                 report.add(_zip_crc_error(full))
     if is_archive:
@@ -291,4 +291,4 @@ def _check_files(reader: CheckpointReader, report: ValidationReport, progress: A
 
 def _zip_crc_error(member: str) -> IntegrityError:
     return IntegrityError("the ZIP CRC-32 of the member does not match its data", file=member,
-                          field="central directory: crc-32", section="R-ZIP-22")
+                          field="central directory: crc-32", rule="R-ZIP-22")

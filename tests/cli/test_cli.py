@@ -50,7 +50,7 @@ def test_validate_corrupt_checkpoint_exits_1_and_lists_file_field_section(checkp
     assert report["ok"] is False
     files = {e["file"] for e in report["errors"]}
     assert "components/model/data.bin" in files
-    assert all(e["section"] and e["error"] == "IntegrityError" for e in report["errors"])
+    assert all(e["rule"] and e["error"] == "IntegrityError" for e in report["errors"])
 
 
 def test_validate_missing_path_exits_1(tmp_path: Path) -> None:

@@ -147,7 +147,7 @@ def test_validate_reports_crc_error_behind_an_extra_file(tmp_path: Path) -> None
         handle.write(b"\xff")
     done = run("validate", "--json", str(path))
     assert done.returncode == 1
-    found = [(e["error"], e["section"]) for e in json.loads(done.stdout)["errors"]]
+    found = [(e["error"], e["rule"]) for e in json.loads(done.stdout)["errors"]]
     assert found[0] == ("ExtraFile", "R-CON-2")
     assert ("IntegrityError", "R-ARR-14") in found
 

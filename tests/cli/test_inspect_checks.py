@@ -73,7 +73,7 @@ def test_inspect_exits_1_on_a_structural_defect(tmp_path: Path, damage: Callable
     damage(path)
     summary = describe(path)
     assert not summary["ok"]
-    assert (summary["errors"][0]["error"], summary["errors"][0]["section"]) == (error, section)
+    assert (summary["errors"][0]["error"], summary["errors"][0]["rule"]) == (error, section)
     done = run("inspect", str(path))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "invalid" in done.stdout and error in done.stdout and section in done.stdout
@@ -119,9 +119,9 @@ def test_inspect_rejects_every_must_reject_case_but_content_defects() -> None:
             continue
         first = validate(target).errors[0]
         accepted.append(case.name)
-        assert first.section in _CONTENT_RULES, (case.name, first)
+        assert first.rule in _CONTENT_RULES, (case.name, first)
         # A payload document's own checksum is checked (step 13): only data and files components' bytes pass.
-        assert first.section != "R-CHK-7" or not (first.file or "").endswith(("tree.msgpack", "value.json"))
+        assert first.rule != "R-CHK-7" or not (first.file or "").endswith(("tree.msgpack", "value.json"))
     assert accepted, "the suite has content defects; inspect must leave them to validate"
 
 

@@ -209,12 +209,12 @@ def expect_rejected(path: Path, error: type, section: str, *, component: str = "
     if read:
         with pytest.raises(error) as info:
             read_component(path, component)
-        assert info.value.section == section, (info.value.section, str(info.value))
+        assert info.value.rule == section, (info.value.rule, str(info.value))
         assert type(info.value) is error
         raised = info.value
     report = validate(path)
     assert not report.ok
-    found = [(issue.error, issue.section) for issue in report.errors]
+    found = [(issue.error, issue.rule) for issue in report.errors]
     wanted = (error.error_class, section)
     if validate_first:
         assert found[0] == wanted, found

@@ -75,7 +75,7 @@ def test_corrupt_array_leaves_every_target_unchanged(tmp_path: Path, form: str, 
     before = snapshot(live)
     with open_checkpoint(path) as ckpt, pytest.raises(IntegrityError) as info:
         ckpt.read_into("state", live)
-    assert info.value.section == "R-ARR-14" and info.value.field == f"$.{victim}"
+    assert info.value.rule == "R-ARR-14" and info.value.field == f"$.{victim}"
     assert snapshot(live) == before  # arrays before the bad one in document order too
 
 
@@ -92,7 +92,7 @@ def test_bad_bool_byte_leaves_every_target_unchanged(tmp_path: Path, form: str) 
     before = snapshot(live)
     with open_checkpoint(forms(directory, form)) as ckpt, pytest.raises(ArrayLayoutError) as info:
         ckpt.read_into("state", live)
-    assert info.value.section == "R-ARR-13"
+    assert info.value.rule == "R-ARR-13"
     assert snapshot(live) == before
 
 
@@ -200,4 +200,4 @@ def test_scratch_verifier_checks_bool_bytes_after_the_checksum() -> None:
         region = FileRegion(handle.fileno(), 0, len(data), "data.bin", owns_fd=False)
         with pytest.raises(ArrayLayoutError) as info:
             ScratchVerifier(region, "data.bin", 3).verify(ArrayRef("bool", (4,), 0, 4, crc(data), "$.m"))
-        assert info.value.section == "R-ARR-13"
+        assert info.value.rule == "R-ARR-13"

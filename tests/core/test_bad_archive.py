@@ -135,7 +135,7 @@ def test_archive_without_manifest(tmp_path: Path) -> None:
 def test_wrong_zip_crc_is_found_by_validate(tmp_path: Path) -> None:
     target = _archive(tmp_path, first(setattrs(crc=12345)), {})
     assert read_component(target, "cfg") == {"lr": 0.001, "name": "run"}  # loading checks CRC-32C, not ZIP CRC
-    assert [(i.error, i.section) for i in validate(target).errors] == [("IntegrityError", "R-ZIP-22")]
+    assert [(i.error, i.rule) for i in validate(target).errors] == [("IntegrityError", "R-ZIP-22")]
 
 
 def test_unknown_extra_fields_are_ignored(tmp_path: Path) -> None:

@@ -234,7 +234,7 @@ def test_validate_lists_every_member_error(tmp_path: Path) -> None:
     path = make_checkpoint(tmp_path)
     edit_body(path, lambda b: (b.update(checkpoint_id="a b", created_at="x"), b["producer"].update(name="")))
     report = validate(path)
-    found = {(i.error, i.section, i.field) for i in report.errors}
+    found = {(i.error, i.rule, i.field) for i in report.errors}
     assert found == {("ManifestError", "R-MAN-13", "$.checkpoint_id"), ("ManifestError", "R-MAN-14", "$.created_at"),
                      ("ManifestError", "R-MAN-17", "$.producer.name")}
     assert all(i.file == "manifest.json" for i in report.errors)

@@ -144,7 +144,7 @@ def test_validate_lists_every_inventory_error(tmp_path: Path) -> None:
     (path / "components/cfg/value.json").write_bytes(b"{}")
     (path / "stray").write_bytes(b"")
     report = validate(path)
-    found = {(i.error, i.section, i.file) for i in report.errors}
+    found = {(i.error, i.rule, i.file) for i in report.errors}
     assert ("MissingFile", "R-CON-3", "components/model/data.bin") in found
     assert ("ExtraFile", "R-CON-2", "stray") in found
 
@@ -189,7 +189,7 @@ def test_flip_in_padding_is_found_by_validate(tmp_path: Path) -> None:
     flip(path / "components/model/data.bin", 30)  # between w [0, 24) and mask [64, 67)
     assert read_component(path, "model")["step"] == 7  # reading does not check padding
     report = validate(path)
-    assert [(i.error, i.section) for i in report.errors] == [("ArrayLayoutError", "R-ARR-12"),
+    assert [(i.error, i.rule) for i in report.errors] == [("ArrayLayoutError", "R-ARR-12"),
                                                                ("IntegrityError", "R-CHK-7")]
 
 
@@ -250,8 +250,8 @@ def test_root_reached_through_symlink_is_fine(tmp_path: Path) -> None:
 def test_nonexistent_path(tmp_path: Path) -> None:
     with pytest.raises(NotACheckpoint) as info:
         read_component(tmp_path / "nothing", "model")
-    assert info.value.section == "R-PUB-10"
-    assert [(i.error, i.section) for i in validate(tmp_path / "nothing").errors] == [("NotACheckpoint", "R-PUB-10")]
+    assert info.value.rule == "R-PUB-10"
+    assert [(i.error, i.rule) for i in validate(tmp_path / "nothing").errors] == [("NotACheckpoint", "R-PUB-10")]
 
 
 def test_directory_without_manifest(tmp_path: Path) -> None:

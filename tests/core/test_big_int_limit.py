@@ -23,7 +23,7 @@ from opencheckpoint.limits import TREE_MAX_BIG_INT_BYTES
 def test_the_writer_refuses_an_int_beyond_the_limit(tmp_path: Path, value: int) -> None:
     with pytest.raises(UnsupportedValue, match="at most 1024 bytes") as caught:
         Checkpoint(model={"n": [value]}, durable=False).save(tmp_path / "ckpt")
-    assert caught.value.section == "R-LIM-18" and caught.value.field == "$.n[0]"
+    assert caught.value.rule == "R-LIM-18" and caught.value.field == "$.n[0]"
     assert not (tmp_path / "ckpt").exists()
 
 

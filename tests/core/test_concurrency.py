@@ -73,7 +73,7 @@ def test_a_file_the_reader_could_not_hold_is_a_concurrent_modification(
         _save(path, 2)
         with pytest.raises(ConcurrentModification, match="another process replaced") as caught:
             held.read("model")
-        assert caught.value.section == "R-RDR-14"
+        assert caught.value.rule == "R-RDR-14"
     assert read_component(path, "config") == {"generation": 2}
 
 

@@ -61,7 +61,7 @@ def test_declared_node_count_is_limited_before_truncation(document: bytes, error
     for decode in (decode_tree, exact_decode):  # the fast path must defer to the exact parser
         with pytest.raises(error) as info:
             decode(document)
-        assert info.value.section == section, str(info.value)
+        assert info.value.rule == section, str(info.value)
 
 
 @pytest.mark.parametrize("form", ["directory", "archive"])
@@ -106,8 +106,8 @@ def test_malformed_central_extra_field_area_fails_in_step_2(tmp_path: Path, extr
     target.write_bytes(build_zip(members))
     with pytest.raises(ArchiveError) as info:
         read_component(target, "cfg")
-    assert info.value.section == "R-ZIP-25"
-    assert [(e.error, e.section) for e in validate(target).errors] == [("ArchiveError", "R-ZIP-25")]
+    assert info.value.rule == "R-ZIP-25"
+    assert [(e.error, e.rule) for e in validate(target).errors] == [("ArchiveError", "R-ZIP-25")]
 
 
 def test_whole_records_of_any_id_are_accepted(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_zip_crc32_of_manifest_member_is_checked(tmp_path: Path) -> None:
     target = tmp_path / "crc.ocz"
     target.write_bytes(build_zip(members))
     errors = validate(target).errors
-    assert [(e.error, e.section, e.file) for e in errors] == [("IntegrityError", "R-ZIP-22", "manifest.json")]
+    assert [(e.error, e.rule, e.file) for e in errors] == [("IntegrityError", "R-ZIP-22", "manifest.json")]
     assert protocol_error(target).startswith("error: IntegrityError: manifest.json")
     assert validate(tmp_path / "ckpt").ok  # the directory form has no ZIP CRC-32
 

@@ -60,7 +60,7 @@ def add_files_component(path: Path, name: str, files: dict[str, bytes]) -> None:
 
 def reported(path: Path) -> tuple[list[tuple[str, str | None]], str]:
     """(class, requirement) of every validate error, and the class named by the protocol's error line."""
-    found = [(issue.error, issue.section) for issue in validate(path).errors]
+    found = [(issue.error, issue.rule) for issue in validate(path).errors]
     out, err = io.StringIO(), io.StringIO()
     assert protocol("read", [str(path)], stdout=out, stderr=err) == 1
     line = err.getvalue().splitlines()[0]

@@ -56,7 +56,7 @@ _CHILD = textwrap.dedent("""
         result = len(read_component(path, "model"))
     else:
         report = validate(path)
-        result = [(issue.error, issue.section) for issue in report.errors]
+        result = [(issue.error, issue.rule) for issue in report.errors]
     print(json.dumps({"base": base, "peak": peak(), "result": result}))
 """)
 

@@ -155,7 +155,7 @@ def test_random_byte_flips_raise_only_checkpoint_errors(form: str, data: st.Data
             with contextlib.suppress(CheckpointError):
                 read_component(path, name)
         report = validate(path)
-        assert all(issue.error and issue.section for issue in report.errors)
+        assert all(issue.error and issue.rule for issue in report.errors)
         changed = any(a.read_bytes() != b.read_bytes() for a, b in zip(_files(base), _files(path), strict=True))
         if form == "directory" and changed:  # every byte of a directory checkpoint is covered by a checksum
             assert not report.ok

@@ -51,7 +51,7 @@ def outcome(decode: Any, data: bytes) -> Any:
     try:
         tree = decode(data)
     except CheckpointError as exc:
-        return ("error", type(exc).__name__, exc.section, str(exc))
+        return ("error", type(exc).__name__, exc.rule, str(exc))
     return ("ok", canon(tree.root), tree.arrays, tree.has_placeholders)
 
 

@@ -88,7 +88,7 @@ def test_corruption_in_a_batched_or_chunked_array_names_that_array(tmp_path: Pat
     data_file.write_bytes(bytes(raw))
     with pytest.raises(IntegrityError) as info:
         read_component(path, "s")
-    assert (info.value.field, info.value.section) == (f"$.{victim}", "R-ARR-14")
+    assert (info.value.field, info.value.rule) == (f"$.{victim}", "R-ARR-14")
 
 
 def test_read_into_fills_fitting_arrays_in_place_and_replaces_the_rest(tmp_path: Path) -> None:

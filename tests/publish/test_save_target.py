@@ -98,7 +98,7 @@ def test_save_onto_what_is_not_a_checkpoint_raises_and_changes_nothing(
         with pytest.raises(TargetExists) as caught:
             Checkpoint(model={"w": np.zeros(3)}, format=form).save(target, overwrite=overwrite)  # type: ignore[arg-type]
         assert str(target) in str(caught.value) and "nothing was changed" in str(caught.value)
-        assert isinstance(caught.value, CheckpointError) and caught.value.section == "R-PUB-16"
+        assert isinstance(caught.value, CheckpointError) and caught.value.rule == "R-PUB-16"
     assert snapshot(tmp_path) == before
 
 

@@ -83,7 +83,7 @@ def key_impl_name(dtype: Any) -> str:
     name = getattr(impl, "name", None)
     if name not in KEY_IMPLS:
         raise UnsupportedValue(f"PRNG key implementation {name or dtype!s} has no OpenCheckpoint name "
-                               f"(supported: {', '.join(KEY_IMPLS)})", section="R-TREE-25")
+                               f"(supported: {', '.join(KEY_IMPLS)})", rule="R-TREE-25")
     return str(name)
 
 

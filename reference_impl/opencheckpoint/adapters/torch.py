@@ -68,7 +68,7 @@ def dtype_name_of(dtype: torch.dtype) -> str:
     """The spec name of a torch dtype; :class:`UnsupportedValue` for dtypes outside the table."""
     name = TORCH_DTYPE_NAMES.get(dtype)
     if name is None:
-        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", section="R-DT-1")
+        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
     return name
 
 
@@ -82,10 +82,10 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """
     if tensor.layout != torch.strided:
         raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
-                               section="R-TREE-1")
+                               rule="R-TREE-1")
     if tensor.is_quantized or tensor.is_nested:
         raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
-                               section="R-TREE-1")
+                               rule="R-TREE-1")
     _check_has_host_data(tensor)
     name = dtype_name_of(tensor.dtype)
     tensor = tensor.detach()
@@ -127,14 +127,14 @@ def _check_has_host_data(tensor: torch.Tensor) -> None:
         else:
             fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
         raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
-                               f"its own storage; {fix}", section="R-WTR-3")
+                               f"its own storage; {fix}", rule="R-WTR-3")
     if tensor.device.type == "meta":
         raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
-                               "e.g. module.to_empty(device='cpu') and initialize or load it)", section="R-WTR-3")
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)", rule="R-WTR-3")
     try:
         tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", section="R-WTR-3") from None
+        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", rule="R-WTR-3") from None
 
 
 def to_tree_value(value: Any) -> Any:
@@ -205,7 +205,7 @@ def _torch_dtype_for(data: np.ndarray) -> torch.dtype:
     dtype = TORCH_DTYPES.get(name)
     if dtype is None:
         raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                    section="R-DT-1")
+                                    rule="R-DT-1")
     return dtype
 
 
@@ -240,7 +240,7 @@ class TorchFramework:
         dtype = TORCH_DTYPES.get(name)
         if dtype is None:
             raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                        section="R-DT-1")
+                                        rule="R-DT-1")
         return dtype
 
 

@@ -491,4 +491,4 @@ def first_error(report: Any) -> Any:
     from ..errors import ERROR_CLASSES
 
     issue = report.errors[0]
-    return ERROR_CLASSES[issue.error](issue.message, file=issue.file, field=issue.field, section=issue.section)
+    return ERROR_CLASSES[issue.error](issue.message, file=issue.file, field=issue.field, rule=issue.rule)

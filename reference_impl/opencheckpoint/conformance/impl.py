@@ -30,8 +30,8 @@ def error_line(exc: CheckpointError) -> str:
     """The one-line protocol error report: class, file, field and message (R-RDR-12, R-ERR-2)."""
     parts = [exc.file, exc.field, exc.message]
     text = ": ".join(str(p) for p in parts if p)
-    if exc.section:
-        text += f" [{exc.section}]"
+    if exc.rule:
+        text += f" [{exc.rule}]"
     from .models import ERROR_CLASS_NAMES
 
     # R-WTR-7: a class of Table 16-1, or the root class for failures the table does not name

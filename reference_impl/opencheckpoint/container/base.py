@@ -108,7 +108,7 @@ class FileRegion:
                     break
                 position += count
         except OSError as exc:
-            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, section="R-CON-3") from None
+            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, rule="R-CON-3") from None
         if position != want:  # the file shrank after its size was checked
             raise size_mismatch(self.rel, offset + position, offset + want)
 
@@ -128,7 +128,7 @@ def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:
     """R-CHK-6: a listed file whose length differs from its entry's ``size``."""
     what = "truncated" if actual < size else "extended"
     return IntegrityError(f"file is {actual} bytes, the manifest says {size} ({what})", file=rel,
-                          field="size", section="R-CHK-6")
+                          field="size", rule="R-CHK-6")
 
 
 def is_staging_name(path: Path) -> bool:
@@ -172,13 +172,13 @@ def check_locatable(target: Path) -> None:
     """R-PUB-12 and R-PUB-11 for a path that exists."""
     if is_staging_name(target):
         raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(target),
-                             section="R-PUB-12")
+                             rule="R-PUB-12")
     try:
         mode = os.stat(target).st_mode
     except OSError as exc:
-        raise NotACheckpoint(f"cannot stat: {exc.strerror}", file=str(target), section="R-PUB-10") from None
+        raise NotACheckpoint(f"cannot stat: {exc.strerror}", file=str(target), rule="R-PUB-10") from None
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-        raise NotACheckpoint("neither a directory nor a regular file", file=str(target), section="R-PUB-11")
+        raise NotACheckpoint("neither a directory nor a regular file", file=str(target), rule="R-PUB-11")
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:
@@ -188,7 +188,7 @@ def open_source(path: str | os.PathLike[str]) -> Source:
 
     target = Path(path)
     if not os.path.exists(target):
-        raise NotACheckpoint("no such file or directory", file=str(target), section="R-PUB-10")
+        raise NotACheckpoint("no such file or directory", file=str(target), rule="R-PUB-10")
     check_locatable(target)
     if target.is_dir():
         return DirectorySource(target)

@@ -68,7 +68,7 @@ class DirectorySource(Source):
             self._root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         except OSError as exc:
             raise NotACheckpoint(f"cannot open directory: {exc.strerror}", file=str(path),
-                                 section="R-PUB-11") from None
+                                 rule="R-PUB-11") from None
         #: relative path -> descriptor held from :meth:`pin` until :meth:`close`
         self._pinned: dict[str, int] = {}
         #: files the inventory found: one of them missing later means the checkpoint was replaced
@@ -110,7 +110,7 @@ class DirectorySource(Source):
                 raise ConcurrentModification(
                     "the file was present when the checkpoint was opened and is gone now: another process "
                     "replaced or deleted the checkpoint while it was being read; open it again",
-                    file=rel, section="R-RDR-14") from exc
+                    file=rel, rule="R-RDR-14") from exc
             raise
 
     def _open_path(self, rel: str, *, pinning: bool = False) -> int:
@@ -126,17 +126,17 @@ class DirectorySource(Source):
             if pinning and exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _OutOfDescriptors from None
             if exc.errno == errno.ENOENT:
-                raise MissingFile("listed in the manifest but absent", file=rel, section="R-CON-3") from None
+                raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
             if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                 raise UnsafePath("path passes through a symlink or a non-directory", file=rel,
-                                 section="R-CON-4") from None
-            raise MissingFile(f"cannot open: {exc.strerror}", file=rel, section="R-CON-3") from None
+                                 rule="R-CON-4") from None
+            raise MissingFile(f"cannot open: {exc.strerror}", file=rel, rule="R-CON-3") from None
         finally:
             for d in opened:
                 os.close(d)
         if not stat.S_ISREG(os.fstat(result).st_mode):
             os.close(result)  # a FIFO opened with O_NONBLOCK is never read
-            raise UnsafePath("not a regular file", file=rel, section="R-CON-4")
+            raise UnsafePath("not a regular file", file=rel, rule="R-CON-4")
         return result
 
     def read_manifest(self) -> bytes:
@@ -144,22 +144,22 @@ class DirectorySource(Source):
             info = os.stat(MANIFEST_NAME, dir_fd=self._root, follow_symlinks=False)
         except OSError:
             raise NotACheckpoint("no manifest.json: not a checkpoint (or an unfinished one)",
-                                 file=str(self.path), section="R-CON-1") from None
+                                 file=str(self.path), rule="R-CON-1") from None
         if stat.S_ISDIR(info.st_mode):
             raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.path),
-                                 section="R-CON-1")
+                                 rule="R-CON-1")
         if not stat.S_ISREG(info.st_mode):
             raise UnsafePath("manifest.json is a symlink or a special file", file=MANIFEST_NAME,
-                             section="R-CON-4")
+                             rule="R-CON-4")
         if info.st_size > MANIFEST_MAX_BYTES:
             raise LimitExceeded(f"manifest is {info.st_size} bytes, limit {MANIFEST_MAX_BYTES}",
-                                file=MANIFEST_NAME, section="R-LIM-1")
+                                file=MANIFEST_NAME, rule="R-LIM-1")
         fd = self._open_path(MANIFEST_NAME)
         try:
             size = os.fstat(fd).st_size
             if size > MANIFEST_MAX_BYTES:
                 raise LimitExceeded(f"manifest is {size} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
-                                    section="R-LIM-1")
+                                    rule="R-LIM-1")
             return _read_all(fd, size, MANIFEST_NAME)
         finally:
             os.close(fd)
@@ -178,20 +178,20 @@ class DirectorySource(Source):
                             listing = sorted((entry.name, entry) for entry in entries)
                     except OSError as exc:  # e.g. the directory was deleted under us
                         errors.append(MissingFile(f"cannot list directory: {exc.strerror}", file=prefix or ".",
-                                                  section="R-CON-3"))
+                                                  rule="R-CON-3"))
                         continue
                     for name, entry in listing:
                         rel = f"{prefix}{name}"
                         if entry.is_symlink():
                             errors.append(UnsafePath("symbolic links are not allowed in a checkpoint", file=rel,
-                                                     section="R-CON-4"))
+                                                     rule="R-CON-4"))
                             rejected.append(rel)
                         elif entry.is_dir(follow_symlinks=False):
                             try:
                                 stack.append((rel + "/", os.open(name, _DIR_FLAGS, dir_fd=fd)))
                             except OSError as exc:
                                 errors.append(UnsafePath(f"cannot open directory: {exc.strerror}", file=rel,
-                                                         section="R-CON-4"))
+                                                         rule="R-CON-4"))
                                 rejected.append(rel)
                         elif entry.is_file(follow_symlinks=False):
                             try:
@@ -201,11 +201,11 @@ class DirectorySource(Source):
                             if len(found) > ARCHIVE_MAX_MEMBERS:
                                 # More files than any manifest can list (R-LIM-6): some are unlisted.
                                 errors.append(ExtraFile("more files than a manifest can list", file=rel,
-                                                        section="R-CON-2"))
+                                                        rule="R-CON-2"))
                                 return found, errors, rejected
                         else:
                             errors.append(UnsafePath("special files (device, FIFO, socket) are not allowed",
-                                                     file=rel, section="R-CON-4"))
+                                                     file=rel, rule="R-CON-4"))
                             rejected.append(rel)
                 finally:
                     os.close(fd)
@@ -235,7 +235,7 @@ class DirectorySource(Source):
             try:
                 return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
             except (OSError, ValueError) as exc:
-                raise MissingFile(f"cannot map: {exc}", file=rel, section="R-CON-3") from None
+                raise MissingFile(f"cannot map: {exc}", file=rel, rule="R-CON-3") from None
         finally:
             os.close(fd)
 
@@ -273,7 +273,7 @@ def _read_all(fd: int, size: int, rel: str) -> bytes:
                 break
             position += count
     except OSError as exc:
-        raise MissingFile(f"cannot read: {exc.strerror}", file=rel, section="R-CON-3") from None
+        raise MissingFile(f"cannot read: {exc.strerror}", file=rel, rule="R-CON-3") from None
     if position != size:
         raise size_mismatch(rel, position, size)
     return bytes(buffer)

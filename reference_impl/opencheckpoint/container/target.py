@@ -95,16 +95,16 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
         if not overwrite and old_candidates(target):
             # Readers serve the checkpoint from its old copy while the name is missing (R-PUB-13).
             raise TargetExists("a checkpoint exists here (moved aside by an interrupted save) and overwrite=False; "
-                               "nothing was changed", file=str(target), section="R-PUB-16")
+                               "nothing was changed", file=str(target), rule="R-PUB-16")
         return
     if _empty_directory(target):
         return
     reason = not_a_checkpoint_reason(target)
     if reason is not None:
-        raise TargetExists(f"{reason}; nothing was changed", file=str(target), section="R-PUB-16")
+        raise TargetExists(f"{reason}; nothing was changed", file=str(target), rule="R-PUB-16")
     if not overwrite:
         raise TargetExists("a checkpoint exists here and overwrite=False; nothing was changed", file=str(target),
-                           section="R-PUB-16")
+                           rule="R-PUB-16")
 
 
 def _empty_directory(path: Path) -> bool:
@@ -118,4 +118,4 @@ def check_deletable(path: Path) -> None:
     """Raise :class:`TargetExists` unless ``path`` is a checkpoint the library may delete."""
     reason = not_a_checkpoint_reason(path)
     if reason is not None:
-        raise TargetExists(f"refusing to delete: {reason}", file=str(path), section="R-PUB-16")
+        raise TargetExists(f"refusing to delete: {reason}", file=str(path), rule="R-PUB-16")

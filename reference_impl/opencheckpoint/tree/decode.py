@@ -98,8 +98,8 @@ class _Parser:
         self.understood_tags = understood_tags
 
     # -- primitives ------------------------------------------------------------------
-    def fail(self, message: str, path: str, section: str) -> NoReturn:
-        raise TreeError(f"{message} (byte {self.pos})", field=path, section=section)
+    def fail(self, message: str, path: str, rule: str) -> NoReturn:
+        raise TreeError(f"{message} (byte {self.pos})", field=path, rule=rule)
 
     def count(self, path: str) -> None:
         """One object begins: every object but the root is one its parent's header declared."""
@@ -107,7 +107,7 @@ class _Parser:
             self.pending -= 1
         self.nodes += 1
         if self.nodes > TREE_MAX_NODES:
-            raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=path, section="R-LIM-11")
+            raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=path, rule="R-LIM-11")
 
     def take(self, size: int, path: str) -> bytes:
         if self.pos + size > self.end:
@@ -140,7 +140,7 @@ class _Parser:
         if self.nodes + self.pending > TREE_MAX_NODES:
             raise LimitExceeded(f"declares {length} {'entries' if minimum_each == 2 else 'elements'}: the "
                                 f"document would hold {self.nodes + self.pending} msgpack objects, limit "
-                                f"{TREE_MAX_NODES}", field=path, section="R-LIM-11")
+                                f"{TREE_MAX_NODES}", field=path, rule="R-LIM-11")
         # Every element needs at least one byte: no allocation beyond what the bytes can hold (R-LIM-0).
         if length * minimum_each > self.end - self.pos:
             self.fail(f"declares {length} elements but only {self.end - self.pos} bytes follow", path, "R-TREE-1")
@@ -149,7 +149,7 @@ class _Parser:
     def enter(self, depth: int, path: str) -> int:
         if depth + 1 > TREE_MAX_DEPTH:
             raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH} arrays and maps", field=path,
-                                section="R-LIM-10")
+                                rule="R-LIM-10")
         return depth + 1
 
     def sized(self, byte: int, path: str, small_base: int, codes: tuple[int, int, int],
@@ -166,10 +166,10 @@ class _Parser:
             length = self.unpack(">I", 4, path)
         if length > TREE_MAX_STR_BYTES:
             raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=path,
-                                section="R-LIM-12")
+                                rule="R-LIM-12")
         if big_int and length > TREE_MAX_BIG_INT_BYTES:
             raise LimitExceeded(f"a big int magnitude of {length} bytes, limit {TREE_MAX_BIG_INT_BYTES}",
-                                field=path, section="R-LIM-18")
+                                field=path, rule="R-LIM-18")
         return self.take(length, path)
 
     def string(self, path: str) -> str:
@@ -282,17 +282,17 @@ class _Parser:
             out[key] = self.value(depth, _key_path(path, key))
         return out
 
-    def expect(self, kinds: frozenset[int], what: str, path: str, section: str) -> None:
+    def expect(self, kinds: frozenset[int], what: str, path: str, rule: str) -> None:
         byte = self.peek(path)
         if byte not in kinds:
-            self.fail(f"field must be {what}, found a value starting with byte {byte:#04x}", path, section)
+            self.fail(f"field must be {what}, found a value starting with byte {byte:#04x}", path, rule)
         self.count(path)
 
-    def uint(self, path: str, section: str) -> int:
-        self.expect(_INT_BYTES, "an unsigned int", path, section)
+    def uint(self, path: str, rule: str) -> int:
+        self.expect(_INT_BYTES, "an unsigned int", path, rule)
         number = self.integer(path)
         if number < 0:
-            self.fail(f"field is {number}; it must be >= 0", path, section)
+            self.fail(f"field is {number}; it must be >= 0", path, rule)
         return number
 
     def tagged(self, tag: int, fields: int, depth: int, path: str) -> Any:
@@ -402,14 +402,14 @@ class _Parser:
         root = self.value(0, "$")
         if self.pos != self.end:
             raise TreeError(f"{self.end - self.pos} bytes after the end of the root object", field="$",
-                            section="R-TREE-2")
+                            rule="R-TREE-2")
         return root
 
 
 def _itemsize(name: str, path: str) -> int:
     entry = DTYPES.get(name)
     if entry is None:
-        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=path, section="R-DT-1")
+        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=path, rule="R-DT-1")
     return entry[0]
 
 
@@ -440,7 +440,7 @@ def exact_decode(data: bytes, *, understood_tags: Collection[int] = ()) -> Decod
     try:
         root = parser.document()
     except RecursionError:  # cannot happen below the depth limit; kept so no other exception escapes
-        raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH}", field="$", section="R-LIM-10") from None
+        raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH}", field="$", rule="R-LIM-10") from None
     return DecodedTree(root, parser.arrays, parser.placeholders)
 
 
@@ -655,7 +655,7 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
         raise IncompatibleComponent(f"NumPy cannot represent an empty {dtype.name} array of shape {list(shape)} "
                                     "(the product of its non-zero dimensions reaches 2**63)",
-                                    section="R-ARR-4") from None
+                                    rule="R-ARR-4") from None
 
 
 def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:

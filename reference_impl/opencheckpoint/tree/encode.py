@@ -72,7 +72,7 @@ def _big_int(value: int, path: str) -> bytes:
         raise UnsupportedValue(
             f"an int of {value.bit_length()} bits: a tree int may take at most {TREE_MAX_BIG_INT_BYTES} bytes "
             f"(two's complement, R-LIM-18); store a larger number as a str or as bytes", field=path,
-            section="R-LIM-18")
+            rule="R-LIM-18")
     return big_int_bytes(value)
 
 
@@ -148,7 +148,7 @@ class TreePlan:
         if isinstance(value, np.generic):
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
-            raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, section="R-LIM-10")
+            raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, rule="R-LIM-10")
         if kind is dict:
             return self._dict(value, depth, path)
         if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
@@ -192,14 +192,14 @@ class TreePlan:
                 f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
                 "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
                 "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
-                field=path, section="R-WTR-3")
+                field=path, rule="R-WTR-3")
         if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
             fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
                    "saves it with StateDictAdapter, keeping its state whole)")
         else:
             fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
         raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
-                               field=path, section="R-WTR-3")
+                               field=path, rule="R-WTR-3")
 
     def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
         """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
@@ -220,7 +220,7 @@ class TreePlan:
                 if type(replacement) is not dict:
                     raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
                                            f"{type(replacement).__qualname__}, not a dict", field=path,
-                                           section="R-WTR-3")
+                                           rule="R-WTR-3")
                 return replacement
         name = f"{kind.__module__}.{kind.__qualname__}"
         if attributes:
@@ -233,7 +233,7 @@ class TreePlan:
         raise UnsupportedValue(
             f"cannot store this {name} as a tree dict: {lost}{hint}. Convert it to a plain dict, or use an "
             "adapter that keeps it (StateDictAdapter for objects with state_dict(), or your own Adapter)",
-            field=path, section="R-WTR-3")
+            field=path, rule="R-WTR-3")
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -254,7 +254,7 @@ class TreePlan:
                 raise UnsupportedValue(
                     f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int (a subclass such as an "
                     "enum would come back as the plain type: use str(key) or int(key))",
-                    field=path, section="R-TREE-10",
+                    field=path, rule="R-TREE-10",
                 )
         return out
 
@@ -267,10 +267,10 @@ class TreePlan:
         expected = PRNG_IMPL_KEY_SHAPES.get(value.impl)
         data = np.asarray(value.data)
         if data.dtype != np.uint32:
-            raise UnsupportedValue(f"PRNG key data must be uint32, got {data.dtype}", field=path, section="R-TREE-26")
+            raise UnsupportedValue(f"PRNG key data must be uint32, got {data.dtype}", field=path, rule="R-TREE-26")
         if expected is not None and tuple(data.shape[len(data.shape) - len(expected):]) != expected:
             raise UnsupportedValue(f"{value.impl} key data must end with shape {expected}, got {data.shape}",
-                                   field=path, section="R-TREE-27" if value.impl == "threefry2x32" else "R-TREE-28")
+                                   field=path, rule="R-TREE-27" if value.impl == "threefry2x32" else "R-TREE-28")
         return [_MARK[Tag.PRNG_KEY], value.impl, self._array(data, path + ".data")]
 
     def _array(self, array: np.ndarray, path: str) -> list[Any]:
@@ -280,7 +280,7 @@ class TreePlan:
             raise exc.at(field=path) from None
         if array.ndim > ARRAY_MAX_NDIM:
             raise LimitExceeded(f"array has {array.ndim} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
-                                section="R-LIM-13")
+                                rule="R-LIM-13")
         if swapped:
             array = array.astype(array.dtype.newbyteorder("<"))
         flags = array.flags
@@ -378,7 +378,7 @@ class TreePlan:
             packed: bytes = msgpack.packb(self.root, use_bin_type=True, strict_types=False)
             return packed
         except UnicodeEncodeError as exc:
-            raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", section="R-TREE-9") from None
+            raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", rule="R-TREE-9") from None
 
 
 def _is_size(value: tuple[Any, ...]) -> bool:
@@ -394,7 +394,7 @@ def _lost_subclass(value: Any, path: str) -> UnsupportedValue:
     return UnsupportedValue(
         f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
         f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
-        "or register an adapter for it", field=path, section="R-WTR-3")
+        "or register an adapter for it", field=path, rule="R-WTR-3")
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:

@@ -31,21 +31,21 @@ _LIMIT = 2**63
 def _limit_error(ref: ArrayRef) -> CheckpointError | None:
     if len(ref.shape) > ARRAY_MAX_NDIM:
         return LimitExceeded(f"array has {len(ref.shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=ref.path,
-                             section="R-LIM-13")
+                             rule="R-LIM-13")
     for dim in ref.shape:
         if dim > ARRAY_MAX_DIM:
-            return LimitExceeded(f"dimension {dim} exceeds 2**63-1", field=ref.path, section="R-LIM-14")
+            return LimitExceeded(f"dimension {dim} exceeds 2**63-1", field=ref.path, rule="R-LIM-14")
     product = 1
     for dim in ref.shape:
         product *= dim
         if product >= _LIMIT:
             return LimitExceeded(f"running shape product of {list(ref.shape)} reaches 2**63", field=ref.path,
-                                 section="R-LIM-15")
+                                 rule="R-LIM-15")
     if product * DTYPES[ref.dtype][0] >= _LIMIT:
         return LimitExceeded(f"shape {list(ref.shape)} of {ref.dtype} is 2**63 bytes or more", field=ref.path,
-                             section="R-LIM-15")
+                             rule="R-LIM-15")
     if ref.nbytes >= _LIMIT:
-        return LimitExceeded(f"nbytes {ref.nbytes} is 2**63 or more", field=ref.path, section="R-LIM-16")
+        return LimitExceeded(f"nbytes {ref.nbytes} is 2**63 or more", field=ref.path, rule="R-LIM-16")
     return None
 
 
@@ -60,22 +60,22 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[Checkpoint
             expected *= dim
         if ref.nbytes != expected:
             errors.append(ArrayLayoutError(f"shape {list(ref.shape)} of {ref.dtype} is {expected} bytes but "
-                                           f"nbytes is {ref.nbytes}", field=ref.path, section="R-ARR-4"))
+                                           f"nbytes is {ref.nbytes}", field=ref.path, rule="R-ARR-4"))
     if errors:
         return errors
     for ref in arrays:
         if ref.offset % ALIGNMENT:
             errors.append(ArrayLayoutError(f"offset {ref.offset} is not a multiple of {ALIGNMENT}", field=ref.path,
-                                           section="R-ARR-5"))
+                                           rule="R-ARR-5"))
         elif ref.nbytes == 0 and ref.offset != 0:
             errors.append(ArrayLayoutError(f"an empty array has offset 0, not {ref.offset}", field=ref.path,
-                                           section="R-ARR-6"))
+                                           rule="R-ARR-6"))
         elif ref.nbytes == 0 and ref.crc32c != 0:
             errors.append(ArrayLayoutError(f"an empty array has crc32c 0, not {ref.crc32c}", field=ref.path,
-                                           section="R-ARR-7"))
+                                           rule="R-ARR-7"))
         elif ref.offset + ref.nbytes > file_size:
             errors.append(ArrayLayoutError(f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end "
-                                           f"of data.bin ({file_size} bytes)", field=ref.path, section="R-ARR-8"))
+                                           f"of data.bin ({file_size} bytes)", field=ref.path, rule="R-ARR-8"))
     if errors:
         return errors
     extents: dict[tuple[int, int], ArrayRef] = {}
@@ -85,20 +85,20 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[Checkpoint
         first = extents.setdefault((ref.offset, ref.nbytes), ref)
         if first is not ref and first.crc32c != ref.crc32c:
             errors.append(ArrayLayoutError(f"same extent as {first.path} (an alias) but a different crc32c",
-                                           field=ref.path, section="R-ARR-10"))
+                                           field=ref.path, rule="R-ARR-10"))
     end = 0
     previous: ArrayRef | None = None
     for (offset, nbytes), ref in sorted(extents.items()):
         if previous is not None and offset < end:
             errors.append(ArrayLayoutError(f"overlaps {previous.path} without being the same extent",
-                                           field=ref.path, section="R-ARR-9"))
+                                           field=ref.path, rule="R-ARR-9"))
         if offset + nbytes >= end:
             end, previous = offset + nbytes, ref
     if errors:
         return errors
     if end != file_size:
         errors.append(ArrayLayoutError(f"data.bin is {file_size} bytes but its arrays end at {end}", field="$",
-                                       section="R-ARR-11"))
+                                       rule="R-ARR-11"))
     return errors
 
 
@@ -154,8 +154,8 @@ def check_padding(arrays: Sequence[ArrayRef], data: memoryview) -> None:
     for offset, nbytes in sorted({(r.offset, r.nbytes) for r in arrays if r.nbytes}):
         if offset > position and np.frombuffer(data[position:offset], dtype=np.uint8).any():
             raise ArrayLayoutError(f"padding bytes [{position}, {offset}) are not all zero", field="$",
-                                   section="R-ARR-12")
+                                   rule="R-ARR-12")
         position = max(position, offset + nbytes)
     if position < len(data) and np.frombuffer(data[position:], dtype=np.uint8).any():
         raise ArrayLayoutError(f"bytes after the last extent [{position}, {len(data)}) are not zero", field="$",
-                               section="R-ARR-12")
+                               rule="R-ARR-12")
