@@ -33,7 +33,9 @@ from ..errors import CheckpointError, TargetExists
 from ..manifest import MANIFEST_NAME
 from ..models import FORMAT_NAME
 from ..strict_json import parse_ijson
-from .base import old_candidates, open_source
+from .archive import ArchiveSource
+from .base import old_candidates
+from .directory import DirectorySource
 
 
 def not_a_checkpoint_reason(path: Path) -> str | None:
@@ -47,7 +49,8 @@ def not_a_checkpoint_reason(path: Path) -> str | None:
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         return "neither a directory nor a regular file"
     try:
-        with open_source(path) as source:
+        # By its type, not its name: a staging or old copy is judged by what it holds (R-PUB-12 is a reader rule).
+        with (DirectorySource(path) if stat.S_ISDIR(mode) else ArchiveSource(path)) as source:
             manifest = parse_ijson(source.read_manifest(), file=MANIFEST_NAME)
             listed = _listed_files(manifest)
             if listed is None:
@@ -97,7 +100,7 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
             raise TargetExists("a checkpoint exists here (moved aside by an interrupted save) and overwrite=False; "
                                "nothing was changed", file=str(target), section="R-PUB-16")
         return
-    if _empty_directory(target):
+    if is_empty_directory(target):
         return
     reason = not_a_checkpoint_reason(target)
     if reason is not None:
@@ -107,7 +110,8 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
                            section="R-PUB-16")
 
 
-def _empty_directory(path: Path) -> bool:
+def is_empty_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory (not a link to one) with no entries."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode) and not os.listdir(path)
     except OSError:
