@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import TargetExists
-from .debris import clean_debris, holds_only_our_files, parse, release, removable, working_path
+from .debris import clean_debris, holds_what_we_write, parse, release, removable, working_path
 from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
 
 #: Test hook: called with an operation name before each filesystem step.
@@ -161,10 +161,14 @@ USE_EXCHANGE = True
 
 
 def _old_copies(target: Path) -> list[Path]:
-    """``.NAME.oc-old-*`` entries next to ``target`` that hold nothing but a checkpoint writer's files."""
+    """``.NAME.oc-old-<writer token>`` entries next to ``target`` that are whole checkpoints a writer moved aside."""
     prefix = f".{target.name}{_OLD_MARK}"
-    return [target.parent / name for name in sorted(os.listdir(target.parent))
-            if name.startswith(prefix) and holds_only_our_files(target.parent / name)]
+    copies = []
+    for name in sorted(os.listdir(target.parent)):
+        entry = parse(target.parent / name) if name.startswith(prefix) else None
+        if entry is not None and entry.kind == "old" and entry.target_name == target.name and holds_what_we_write(entry):
+            copies.append(entry.path)
+    return copies
 
 
 def publish(staged: Path, target: Path, *, durable: bool, overwrite: bool = True) -> None:
