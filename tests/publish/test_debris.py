@@ -17,6 +17,7 @@ import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
 from opencheckpoint.container import debris, publish
+from opencheckpoint.rotation_state import STATE_NAME
 from opencheckpoint.run import Rotation
 
 
@@ -28,7 +29,8 @@ def _reset_hooks() -> Iterator[None]:
 
 
 def hidden(directory: Path) -> list[str]:
-    return sorted(n for n in os.listdir(directory) if n.startswith("."))
+    """Hidden entries, without a rotation's own state file (not debris)."""
+    return sorted(n for n in os.listdir(directory) if n.startswith(".") and n != STATE_NAME)
 
 
 def token(pid: int, *, machine: str | None = None, start: str | None = None) -> str:
@@ -93,7 +95,9 @@ def kill_while_blocked(directory: Path, step: int, form: str, stop_at: str) -> N
 def test_killed_saves_leave_debris_that_the_next_save_removes_and_nothing_else(tmp_path: Path) -> None:
     run = tmp_path / "run"
     rotation = Rotation(run, keep_last=1)
-    rotation.save(Checkpoint(model={"step": 1}), 1)
+    # Step 1 by a writer that has ended: pruning keeps the newest checkpoint of a writer that still runs.
+    subprocess.run([sys.executable, "-c", _BLOCKING_WRITER, str(run), "1", "directory", "never"], check=True,
+                   stdout=subprocess.DEVNULL, timeout=60)
     gone = token(2**22 + 1, start="12345678")  # above the default pid_max: no process has that pid
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -135,7 +139,7 @@ def test_killed_saves_leave_debris_that_the_next_save_removes_and_nothing_else(t
         assert len(left) == 1 and left[0].startswith(".checkpoint-000000000001.oc-delete-"), left
 
         saved = rotation.save(Checkpoint(model={"step": 5}), 5)
-        assert sorted(p.name for p in run.iterdir() if p not in foreign) == [saved.name]
+        assert sorted(p.name for p in run.iterdir() if p not in foreign and p.name != STATE_NAME) == [saved.name]
         assert all(os.path.lexists(p) for p in foreign)
         assert (run / f".notes.oc-staging-{gone}" / "thesis.tex").read_text() == "mine"
         assert validate(saved).ok and read_component(saved, "model") == {"step": 5}

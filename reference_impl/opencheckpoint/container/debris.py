@@ -59,6 +59,7 @@ _OWN_TOP_LEVEL = frozenset({"manifest.json", "components"})
 
 _DEBRIS_NAME = re.compile(r"\.(?P<name>.+)\.oc-(?P<kind>staging|old|delete)-(?P<token>.+)", re.DOTALL)
 _TOKEN = re.compile(r"(?P<pid>[0-9]+)-(?P<machine>[0-9a-f]{8})(?P<start>[0-9a-f]{8})[0-9a-f]{12}")
+_PROCESS = re.compile(r"(?P<pid>[0-9]+)-(?P<machine>[0-9a-f]{8})(?P<start>[0-9a-f]{8})")
 #: R-PUB-1's suffix (``PID-RANDOM``, 8+ alphanumerics), as versions before the writer token named debris.
 _LEGACY_SUFFIX = re.compile(r"[0-9]+-[A-Za-z0-9]{8,}")
 #: The first bytes of a ZIP local file header: what a staging archive starts with.
@@ -101,10 +102,31 @@ def process_start(pid: int) -> str | None:
         return None
 
 
+def process_token() -> str:
+    """``PID-MMMMMMMMSSSSSSSS``: this process, as the writer token names it (without the random part)."""
+    start = process_start(os.getpid()) or "0" * 8
+    return f"{os.getpid()}-{machine_token()}{start}"
+
+
 def writer_token() -> str:
     """A fresh token for one working name of this process."""
-    start = process_start(os.getpid()) or "0" * 8
-    return f"{os.getpid()}-{machine_token()}{start}{uuid.uuid4().hex[:12]}"
+    return f"{process_token()}{uuid.uuid4().hex[:12]}"
+
+
+def process_running(token: str) -> bool | None:
+    """Whether the process named by a :func:`process_token` runs now; None where this machine cannot tell.
+
+    None: the token is malformed or names another machine instance (another host,
+    boot or container), whose processes cannot be asked about.
+    """
+    match = _PROCESS.fullmatch(token)
+    if match is None or match["machine"] != machine_token():
+        return None
+    pid, started = int(match["pid"]), match["start"]
+    start = process_start(pid)
+    if start is not None and started != "0" * 8:
+        return start == started  # another start time: the pid was recycled, the process ended
+    return _pid_exists(pid)
 
 
 def working_path(target: Path, kind: str) -> Path:
