@@ -166,7 +166,8 @@ def _old_copies(target: Path) -> list[Path]:
     copies = []
     for name in sorted(os.listdir(target.parent)):
         entry = parse(target.parent / name) if name.startswith(prefix) else None
-        if entry is not None and entry.kind == "old" and entry.target_name == target.name and holds_what_we_write(entry):
+        if (entry is not None and entry.kind == "old" and entry.target_name == target.name
+                and holds_what_we_write(entry)):
             copies.append(entry.path)
     return copies
 
