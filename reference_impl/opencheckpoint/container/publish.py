@@ -128,7 +128,13 @@ def _rename_new(staged: Path, target: Path) -> None:
     if USE_EXCHANGE and _rename2(staged, target, _RENAME_NOREPLACE):
         return
     if staged.is_file() and not staged.is_symlink():
-        os.link(staged, target)
+        try:
+            os.link(staged, target)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the plain rename is all there is
+            os.rename(staged, target)
+            return
         os.unlink(staged)
     else:
         os.rename(staged, target)
