@@ -101,4 +101,6 @@ def test_a_local_folder_named_like_a_scheme_is_reached_with_dot_slash(
         Checkpoint(w=[1]).save(Path("./s3:/ckpt"))  # pathlib drops the "./": the same as Path("s3://ckpt")
     Checkpoint(w=[1]).save("./s3:/ckpt")
     assert read_component("./s3:/ckpt", "w") == [1]
+    saved = RunCheckpointer(Checkpoint(w=[1]), "./s3:/run", interval=1).save(1)  # passed on as a Path inside
+    assert saved is not None and saved.parent == tmp_path / "s3:" / "run"
     assert os.listdir(tmp_path) == ["s3:"]

@@ -54,4 +54,9 @@ def local_path(path: str | os.PathLike[str]) -> Path:
                                   "local path: remote storage is not supported yet; copy the checkpoint to a local "
                                   f"path (a local folder of that name: './{scheme}:/...')", file=text,
                                   section="R-PUB-20")
-    return Path(text)
+    path = Path(text)
+    if _COLLAPSED_URL.match(str(path)):
+        # "./s3:/x" was asked for, but Path drops the "./": made absolute, the result is accepted again when a
+        # caller passes it on (Rotation -> Checkpoint.save), and never mistaken for a URL.
+        path = path.absolute()
+    return path
