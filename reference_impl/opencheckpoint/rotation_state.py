@@ -13,18 +13,25 @@ directory, ``.opencheckpoint-rotation.json``::
   verification at resume: a later process that prunes or replaces it says so
   in a warning, naming it and why.
 
-Saves and pruning of one directory take an exclusive advisory lock on the
-directory itself (``flock(2)``), so two processes rotating the same folder
-(a preempted job's old instance still running beside the restarted one)
-serialize instead of deleting each other's checkpoints mid-save. Where the
-file system has no ``flock`` the lock is skipped (with one debug log line).
+The short bookkeeping steps of a save (the id, the write sequence) and
+pruning take an exclusive advisory lock on the directory itself
+(``flock(2)``), so two processes rotating the same folder (a preempted job's
+old instance still running beside the restarted one) take turns instead of
+deleting each other's checkpoints. Writing the checkpoint itself is outside
+the lock: a writer that is suspended (``SIGSTOP``, a scheduler's suspend)
+or slow mid-write never blocks the others. A lock still not free after
+:data:`LOCK_WAIT_S` (a writer suspended mid-prune) is given up: the caller
+skips what needs it (pruning waits for the next save) rather than hang.
+Where the file system has no ``flock`` the lock is skipped (one debug line).
 
 >>> import tempfile, pathlib
 >>> directory = pathlib.Path(tempfile.mkdtemp())
 >>> read_state(directory).rotation_id is None
 True
->>> with locked(directory):
+>>> with locked(directory) as held:
 ...     first = ensure_identity(directory)
+>>> held
+True
 >>> read_state(directory).rotation_id == first and len(first) == 32
 True
 """
@@ -35,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +57,9 @@ logger = logging.getLogger("opencheckpoint.run")
 
 #: The rotation's own file in its directory.
 STATE_NAME = ".opencheckpoint-rotation.json"
+#: How long to wait for another process's lock on a rotation directory before going on without it (seconds).
+LOCK_WAIT_S = 60.0
+_POLL_S = 0.05
 
 
 @dataclass
@@ -109,7 +120,9 @@ def record_failures(directory: Path, failures: dict[str, str | None], *, lock: b
     if not os.path.exists(directory / STATE_NAME):
         return
     try:
-        with locked(directory) if lock else contextlib.nullcontext():
+        with locked(directory) if lock else contextlib.nullcontext(True) as held:
+            if not held:
+                return
             state = read_state(directory)
             before = dict(state.failed)
             for name, reason in failures.items():
@@ -124,18 +137,34 @@ def record_failures(directory: Path, failures: dict[str, str | None], *, lock: b
 
 
 @contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``directory`` (made if missing) for the duration of the block."""
+def locked(directory: Path, *, wait: float | None = None) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``directory`` (made if missing) for the block; yield whether it is held.
+
+    Waits up to ``wait`` seconds (default :data:`LOCK_WAIT_S`) for another
+    holder; False then (or where the file system has no ``flock``): the
+    caller does without what needs the lock.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     if fcntl is None:  # pragma: no cover - Windows
-        yield
+        yield False
         return
+    deadline = time.monotonic() + (LOCK_WAIT_S if wait is None else wait)
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:  # a file system without flock: saves of one directory are not serialized
-            logger.debug("no advisory lock on %s (%s): concurrent rotations are not serialized", directory, exc)
-        yield
+        held = False
+        while not held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    logger.warning("another process has held the lock on %s for %.0f s; going on without it",
+                                   directory, LOCK_WAIT_S if wait is None else wait)
+                    break
+                time.sleep(_POLL_S)
+            except OSError as exc:  # a file system without flock: saves of one directory are not serialized
+                logger.debug("no advisory lock on %s (%s): concurrent rotations are not serialized", directory, exc)
+                break
+        yield held
     finally:
         os.close(fd)  # closing the descriptor releases the lock

@@ -108,9 +108,10 @@ class Rotation:
     never the newest one of another writer process that still runs, never a
     checkpoint made by hand, copied under another name, moved in from
     another run's directory or written by another tool. Debris of killed
-    saves in the directory goes too (only when its writer is gone). Saves and
-    pruning hold an advisory lock on the directory, so concurrent rotations
-    of one folder take turns.
+    saves in the directory goes too (only when its writer is gone). A save's
+    bookkeeping and pruning hold an advisory lock on the directory, so
+    concurrent rotations of one folder take turns; writing the checkpoint
+    does not, so a suspended or slow writer never blocks another.
 
     Which checkpoint is the latest: the one this rotation wrote most
     recently, whatever its step (directories with none of its own: the
@@ -177,17 +178,19 @@ class Rotation:
             if key not in meta or _metric(meta[key]) is None:
                 raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
         try:
-            with locked(self.directory):
-                return self._save_locked(checkpoint, step, meta, format or checkpoint.format, components)
+            return self._save(checkpoint, step, meta, format or checkpoint.format, components)
         except OSError as exc:  # a file system failure is reported as the library's error, naming the path
             where = exc.filename if isinstance(exc.filename, str) else str(self.directory)
             raise CheckpointError(f"the rotation could not save step {step}: {exc.strerror or exc}",
                                   file=where) from exc
 
-    def _save_locked(self, checkpoint: Checkpoint, step: int, meta: dict[str, Any], output: CheckpointFormat,
-                     components: Collection[str] | None) -> Path:
-        rotation_id = ensure_identity(self.directory)
-        sequence = 1 + max((e.sequence for e in self.entries()), default=0)
+    def _save(self, checkpoint: Checkpoint, step: int, meta: dict[str, Any], output: CheckpointFormat,
+              components: Collection[str] | None) -> Path:
+        # The bookkeeping and the pruning hold the directory's lock; writing the checkpoint does not, so a
+        # writer suspended mid-write never blocks another (rotation_state).
+        with locked(self.directory):
+            rotation_id = ensure_identity(self.directory)
+            sequence = 1 + max((e.sequence for e in self.entries()), default=0)
         target = self.path_for(step, output)
         meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence, "rotation": rotation_id,
                               "name": target.name, "writer": process_token()}
@@ -196,12 +199,17 @@ class Rotation:
             logger.warning("replacing %s, which failed verification when a run resumed from this directory (%s)",
                            target, reason)
         path = checkpoint.save(target, components=components, metadata=meta, format=output)
-        if reason is not None:
-            record_failures(self.directory, {target.name: None}, lock=False)
-        other = self.path_for(step, "directory" if output == "archive" else "archive")
-        if os.path.lexists(other) and self._owns(other, step):
-            _remove(other)  # one checkpoint per step: the new one replaces the other form
-        self._prune_locked(protect=[path])
+        with locked(self.directory) as held:
+            if reason is not None:
+                record_failures(self.directory, {target.name: None}, lock=False)
+            if not held:
+                logger.warning("pruning of %s skipped: another process holds its lock (the next save prunes)",
+                               self.directory)
+                return path
+            other = self.path_for(step, "directory" if output == "archive" else "archive")
+            if os.path.lexists(other) and self._owns(other, step):
+                _remove(other)  # one checkpoint per step: the new one replaces the other form
+            self._prune_locked(protect=[path])
         return path
 
     def _owned_by_us(self, metadata: Any, path: Path, step: int, rotation_id: str | None) -> int | None:
@@ -325,7 +333,10 @@ class Rotation:
         """
         if not self.directory.is_dir():
             return []
-        with locked(self.directory):
+        with locked(self.directory) as held:
+            if not held:
+                logger.warning("pruning of %s skipped: another process holds its lock", self.directory)
+                return []
             return self._prune_locked(protect)
 
     def _prune_locked(self, protect: Collection[Path]) -> list[Path]:

@@ -155,3 +155,33 @@ def test_a_file_system_failure_in_a_rotation_save_is_a_checkpoint_error(tmp_path
         Rotation(tmp_path / "file" / "run").save(Checkpoint(w=[1]), 1)
     assert caught.value.file is not None and "file" in caught.value.file
     assert json.dumps(sorted(os.listdir(tmp_path))) == '["file"]'
+
+
+_SUSPENDED = r"""
+import sys, time
+from opencheckpoint import Checkpoint
+from opencheckpoint.container import publish
+from opencheckpoint.run import Rotation
+
+def block(operation):
+    if operation == "write-manifest":
+        print("writing", flush=True)
+        time.sleep(600)  # a writer suspended mid-write (SIGSTOP, a scheduler's suspend)
+
+publish.FAULT_HOOK = block
+Rotation(sys.argv[1], keep_last=1).save(Checkpoint(w=[1]), 1)
+"""
+
+
+def test_a_writer_suspended_mid_write_does_not_block_another(tmp_path: Path) -> None:
+    frozen = subprocess.Popen([sys.executable, "-c", _SUSPENDED, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert frozen.stdout is not None and frozen.stdout.readline().strip() == "writing"
+        other = subprocess.run([sys.executable, "-c", _WRITER, str(tmp_path), "0", "2"], capture_output=True,
+                               text=True, timeout=120)
+        assert other.returncode == 0 and other.stdout.strip() == "done", other.stderr[-2000:]
+        assert (tmp_path / "checkpoint-000000000002").exists()
+        assert any(".oc-staging-" in n for n in os.listdir(tmp_path))  # the frozen writer's work is left alone
+    finally:
+        frozen.kill()
+        frozen.wait()
