@@ -70,3 +70,37 @@ def test_only_a_scheme_followed_by_two_slashes_is_a_url(
     with pytest.raises(UnsupportedLocation):
         Checkpoint(w=[1]).save(f"s3://{path}")
     assert sorted(os.listdir(tmp_path)) == sorted({path.split("/")[0]})
+
+
+PATH_ENTRY_POINTS: dict[str, Callable[[Path], Any]] = {
+    "Checkpoint.save": lambda out: Checkpoint(w=np.zeros(2)).save(out / "step-100"),
+    "Rotation.save": lambda out: Rotation(out).save(Checkpoint(w=[1]), 1),
+    "RunCheckpointer.save": lambda out: RunCheckpointer(Checkpoint(w=[1]), out, interval=1).save(2),
+}
+
+
+@pytest.mark.parametrize("url", [*URLS, "memory://x", "https://host/run", "az://container/run", "hf://org/repo"])
+@pytest.mark.parametrize("entry", sorted(PATH_ENTRY_POINTS))
+def test_a_url_collapsed_by_pathlib_is_refused_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, url: str
+) -> None:
+    """``Path("s3://b/run")`` is ``s3:/b/run``: a relative path whose first segment is ``scheme:`` (R-PUB-20)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedLocation) as caught:
+        PATH_ENTRY_POINTS[entry](Path(url))
+    assert caught.value.file is not None and caught.value.file.startswith(str(Path(url)))
+    assert "collapsed by pathlib" in caught.value.message
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_local_folder_named_like_a_scheme_is_reached_with_dot_slash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedLocation):
+        Checkpoint(w=[1]).save(Path("./s3:/ckpt"))  # pathlib drops the "./": the same as Path("s3://ckpt")
+    Checkpoint(w=[1]).save("./s3:/ckpt")
+    assert read_component("./s3:/ckpt", "w") == [1]
+    saved = RunCheckpointer(Checkpoint(w=[1]), "./s3:/run", interval=1).save(1)  # passed on as a Path inside
+    assert saved is not None and saved.parent == tmp_path / "s3:" / "run"
+    assert os.listdir(tmp_path) == ["s3:"]

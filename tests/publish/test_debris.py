@@ -17,6 +17,7 @@ import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
 from opencheckpoint.container import debris, publish
+from opencheckpoint.rotation_state import STATE_NAME
 from opencheckpoint.run import Rotation
 
 
@@ -28,7 +29,8 @@ def _reset_hooks() -> Iterator[None]:
 
 
 def hidden(directory: Path) -> list[str]:
-    return sorted(n for n in os.listdir(directory) if n.startswith("."))
+    """Hidden entries, without a rotation's own state file (not debris)."""
+    return sorted(n for n in os.listdir(directory) if n.startswith(".") and n != STATE_NAME)
 
 
 def token(pid: int, *, machine: str | None = None, start: str | None = None) -> str:
@@ -93,7 +95,9 @@ def kill_while_blocked(directory: Path, step: int, form: str, stop_at: str) -> N
 def test_killed_saves_leave_debris_that_the_next_save_removes_and_nothing_else(tmp_path: Path) -> None:
     run = tmp_path / "run"
     rotation = Rotation(run, keep_last=1)
-    rotation.save(Checkpoint(model={"step": 1}), 1)
+    # Step 1 by a writer that has ended: pruning keeps the newest checkpoint of a writer that still runs.
+    subprocess.run([sys.executable, "-c", _BLOCKING_WRITER, str(run), "1", "directory", "never"], check=True,
+                   stdout=subprocess.DEVNULL, timeout=60)
     gone = token(2**22 + 1, start="12345678")  # above the default pid_max: no process has that pid
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -135,7 +139,7 @@ def test_killed_saves_leave_debris_that_the_next_save_removes_and_nothing_else(t
         assert len(left) == 1 and left[0].startswith(".checkpoint-000000000001.oc-delete-"), left
 
         saved = rotation.save(Checkpoint(model={"step": 5}), 5)
-        assert sorted(p.name for p in run.iterdir() if p not in foreign) == [saved.name]
+        assert sorted(p.name for p in run.iterdir() if p not in foreign and p.name != STATE_NAME) == [saved.name]
         assert all(os.path.lexists(p) for p in foreign)
         assert (run / f".notes.oc-staging-{gone}" / "thesis.tex").read_text() == "mine"
         assert validate(saved).ok and read_component(saved, "model") == {"step": 5}
@@ -189,3 +193,38 @@ def test_a_recycled_pid_does_not_keep_debris_alive(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_look_alikes_of_debris_are_never_deleted(tmp_path: Path) -> None:
+    """Only names that parse as a writer token (or R-PUB-1's PID-RANDOM) and hold exactly what a writer writes."""
+    dead = token(2**22 + 5, start="12345678")
+    backup = tmp_path / ".notes.txt.oc-old-2024"  # the user's own backup naming
+    backup.write_text("my old notes, only copy")
+    webapp = tmp_path / ".webapp.oc-staging-draft"
+    (webapp / "components" / "ui").mkdir(parents=True)
+    (webapp / "manifest.json").write_text('{"name": "my pwa"}')
+    (webapp / "components" / "ui" / "Button.jsx").write_text("export default ...")
+    # Writer-token names whose content is not ours: a manifest that does not name the format, a text file.
+    pwa = tmp_path / f".site.oc-staging-{dead}"
+    (pwa / "components").mkdir(parents=True)
+    (pwa / "manifest.json").write_text('{"name": "my pwa"}')
+    text = tmp_path / f".draft.oc-delete-{dead}"
+    text.write_text("not a zip")
+    for path in (backup, webapp, pwa, text):
+        age(path, 2 * 3600)
+    before = {p: sorted(str(q.relative_to(p)) for q in p.rglob("*")) if p.is_dir() else p.read_text()
+              for p in (backup, webapp, pwa, text)}
+    Checkpoint(w=np.zeros(3)).save(tmp_path / "ckpt")
+    assert {p: sorted(str(q.relative_to(p)) for q in p.rglob("*")) if p.is_dir() else p.read_text()
+            for p in (backup, webapp, pwa, text)} == before
+    assert debris.parse(backup) is None and debris.parse(webapp) is None
+
+
+def test_an_old_copy_stays_while_its_name_holds_no_checkpoint(tmp_path: Path) -> None:
+    """An empty folder appearing at NAME does not make the old copy (the only copy, R-PUB-13) removable."""
+    old = tmp_path / f".ckpt.oc-old-{token(2**22 + 7, start='12345678')}"
+    Checkpoint(model={"step": 3}).save(tmp_path / "source")
+    os.rename(tmp_path / "source", old)  # a whole checkpoint, moved aside by a writer that died
+    (tmp_path / "ckpt").mkdir()  # e.g. a launcher's `mkdir -p`
+    Checkpoint(x=np.zeros(1)).save(tmp_path / "unrelated")
+    assert read_component(old, "model") == {"step": 3}

@@ -192,3 +192,72 @@ def test_something_put_at_the_target_during_the_save_is_not_replaced(tmp_path: P
     publish.FAULT_HOOK = None
     assert (target / "thesis.tex").read_text() == "\\chapter{One}"
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+
+
+@pytest.mark.parametrize("moment", ["write-archive", "rename"])
+def test_an_archive_save_rechecks_the_target_as_its_last_step(tmp_path: Path, moment: str) -> None:
+    """A folder or file put at the target while the archive is packed, or just before the rename, stays."""
+    target = tmp_path / "ckpt"
+
+    def meanwhile(operation: str) -> None:
+        if operation == moment and not os.path.lexists(target):
+            user_folder(target) if moment == "write-archive" else user_file(target)
+
+    publish.FAULT_HOOK = meanwhile
+    with pytest.raises(TargetExists) as caught:
+        Checkpoint(model={"step": 1}, format="archive").save(target)
+    publish.FAULT_HOOK = None
+    assert caught.value.file == str(target)
+    if moment == "write-archive":
+        assert (target / "thesis.tex").read_text() == "\\chapter{One}"
+    else:
+        assert target.read_bytes() == b"my notes"
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+
+
+@pytest.mark.parametrize("use_exchange", [True, False], ids=["exchange", "rename-aside"])
+@pytest.mark.parametrize("form", ["directory", "archive"])
+def test_what_a_replacement_swaps_away_is_put_back_unless_it_is_a_checkpoint(
+    tmp_path: Path, form: str, use_exchange: bool
+) -> None:
+    """A checkpoint swapped for a user folder between the last check and the rename is not deleted."""
+    publish.USE_EXCHANGE = use_exchange
+    target = tmp_path / "ckpt"
+    Checkpoint(model={"step": 1}).save(target)
+    operation_before_rename = "exchange" if use_exchange else "rename-old"
+
+    def swap_in_a_user_folder(operation: str) -> None:
+        if operation == operation_before_rename and not (tmp_path / "moved-by-user").exists():
+            os.rename(target, tmp_path / "moved-by-user")
+            user_folder(target)
+
+    publish.FAULT_HOOK = swap_in_a_user_folder
+    with pytest.raises(TargetExists) as caught:
+        Checkpoint(model={"step": 2}, format=form).save(target)  # type: ignore[arg-type]
+    publish.FAULT_HOOK = None
+    assert caught.value.file == str(target) and "while the checkpoint was being written" in caught.value.message
+    assert (target / "thesis.tex").read_text() == "\\chapter{One}"
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "moved-by-user"]
+
+
+@pytest.mark.parametrize("where", ["inside a checkpoint", "below a file"])
+def test_a_target_inside_a_checkpoint_or_below_a_file_is_refused(tmp_path: Path, where: str) -> None:
+    outer = tmp_path / "ck"
+    Checkpoint(w=np.ones(2)).save(outer)
+    (tmp_path / "notes").write_text("mine")
+    target = outer / "components" / "new" if where == "inside a checkpoint" else tmp_path / "notes" / "ckpt"
+    before = snapshot(tmp_path)
+    with pytest.raises(TargetExists) as caught:
+        Checkpoint(v=np.zeros(1)).save(target)
+    assert caught.value.file == str(target)
+    assert snapshot(tmp_path) == before and validate(outer).ok
+
+
+def test_a_checkpoint_holding_a_folder_of_yours_is_not_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "ck"
+    Checkpoint(w=np.ones(2)).save(target)
+    (target / "mine" / "sub").mkdir(parents=True)  # empty, but not the checkpoint's
+    before = snapshot(tmp_path)
+    with pytest.raises(TargetExists, match="'mine/' inside it is a folder"):
+        Checkpoint(w=np.zeros(2)).save(target)
+    assert snapshot(tmp_path) == before

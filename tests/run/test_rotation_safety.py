@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IntegrityError, validate
+from opencheckpoint.rotation_state import STATE_NAME
 from opencheckpoint.run import ROTATION_KEY, Rotation, RunCheckpointer
+
+
+def listing(directory: Path) -> list[str]:
+    """The directory's entries, without the rotation's own state file."""
+    return sorted(n for n in os.listdir(directory) if n != STATE_NAME)
 
 
 def flip_a_data_byte(checkpoint: Path) -> None:
@@ -34,7 +40,7 @@ def test_hand_made_checkpoints_matching_the_pattern_are_never_pruned(tmp_path: P
     for step in (10, 20, 30):
         rotation.save(Checkpoint(weights={"w": np.zeros(2)}), step)
     assert all(validate(p).ok for p in hand_made)
-    assert sorted(os.listdir(tmp_path)) == sorted([p.name for p in hand_made] + ["checkpoint-000000000030"])
+    assert listing(tmp_path) == sorted([p.name for p in hand_made] + ["checkpoint-000000000030"])
     assert [e.owned for e in rotation.entries()] == [False, False, False, True]
 
 
@@ -45,7 +51,7 @@ def test_a_foreign_higher_step_checkpoint_does_not_make_new_saves_vanish(tmp_pat
         saved = rotation.save(Checkpoint(weights={"w": np.full(2, step)}), step)
         assert saved.exists() and validate(saved).ok
         assert rotation.latest() == saved  # the run's own newest, not the foreign step 999999
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-000000000003", foreign.name]
+    assert listing(tmp_path) == ["checkpoint-000000000003", foreign.name]
 
 
 def test_resume_from_an_older_step_then_save_keeps_a_valid_checkpoint(tmp_path: Path) -> None:
@@ -61,7 +67,7 @@ def test_resume_from_an_older_step_then_save_keeps_a_valid_checkpoint(tmp_path: 
     assert path is not None and path.exists() and validate(path).ok
     assert again.rotation.latest() == path
     # The steps above the resumed one from the abandoned run are older writes: pruned as keep_last says.
-    assert os.listdir(tmp_path / "run") == [path.name]
+    assert listing(tmp_path / "run") == [path.name]
     fresh, restored = make_run(tmp_path / "run", interval=10, keep_last=1)
     assert fresh.restore() == 20 and restored["w"][0] == 15
 
@@ -129,7 +135,7 @@ def test_every_checkpoint_failing_raises_the_newest_error_and_deletes_nothing(
         fresh.restore()
     skipped = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(skipped) == 2 and "000000000002" in skipped[0] and "000000000001" in skipped[1]  # newest first
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-000000000001", "checkpoint-000000000002"]
+    assert listing(tmp_path) == ["checkpoint-000000000001", "checkpoint-000000000002"]
 
 
 def test_pruning_never_deletes_the_newest_valid_checkpoint(tmp_path: Path) -> None:

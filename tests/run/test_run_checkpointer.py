@@ -30,8 +30,11 @@ def test_interval_and_force(tmp_path: Path) -> None:
     assert run.save(25, force=True) is None  # already saved at this step
     assert saved_steps(run) == [10, 20, 25]
     with open_checkpoint(run.rotation.latest()) as reader:  # type: ignore[arg-type]
-        assert reader.manifest["metadata"] == {
-            "step": 25, "opencheckpoint.rotation": {"prefix": "checkpoint", "step": 25, "sequence": 3}}
+        metadata = reader.manifest["metadata"]
+        assert metadata["step"] == 25
+        assert metadata["opencheckpoint.rotation"] | {"rotation": "", "writer": ""} == {
+            "prefix": "checkpoint", "step": 25, "sequence": 3, "name": "checkpoint-000000000025", "rotation": "",
+            "writer": ""}
 
 
 def test_keep_last_applies(tmp_path: Path) -> None:

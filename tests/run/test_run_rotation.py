@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, NotACheckpoint
+from opencheckpoint.rotation_state import STATE_NAME
 from opencheckpoint.run import Rotation, resolve_checkpoint_path
 
 
@@ -23,7 +24,7 @@ def test_names_and_keep_last(tmp_path: Path) -> None:
     # keep_last counts saves in the order they were written; the list is in step order
     assert names(rotation.checkpoints()) == ["checkpoint-000000000020", "checkpoint-000000001234"]
     assert rotation.latest() == saved[2]  # the most recent save, not the highest step
-    assert sorted(p.name for p in tmp_path.iterdir()) == names(rotation.checkpoints())
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != STATE_NAME) == names(rotation.checkpoints())
 
 
 @pytest.mark.parametrize("mode,expected", [("min", 2), ("max", 3)])
@@ -63,7 +64,7 @@ def test_prune_returns_removed_and_leaves_foreign_entries(tmp_path: Path) -> Non
     (tmp_path / "checkpoint-000000000000").mkdir()  # looks like one, has no manifest: never touched
     rotation.keep_last = 1
     assert names(rotation.prune()) == ["checkpoint-000000000002", "checkpoint-000000000003"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != STATE_NAME) == [
         "checkpoint-000000000000", "checkpoint-000000000004", "notes.txt"]
 
 
@@ -85,8 +86,9 @@ def test_load_latest(tmp_path: Path) -> None:
         rotation.save(ckpt, step)
     weights["w"][:] = -1
     result = rotation.load_latest(ckpt)
-    mark = {"prefix": "checkpoint", "step": 2, "sequence": 2}
-    assert result.manifest["metadata"] == {"opencheckpoint.rotation": mark}
+    mark = {"prefix": "checkpoint", "step": 2, "sequence": 2, "name": "checkpoint-000000000002"}
+    assert list(result.manifest["metadata"]) == ["opencheckpoint.rotation"]
+    assert mark.items() <= result.manifest["metadata"]["opencheckpoint.rotation"].items()
     assert weights["w"].tolist() == [2.0, 2.0, 2.0]
     with pytest.raises(NotACheckpoint):
         Rotation(tmp_path / "empty").load_latest(ckpt)

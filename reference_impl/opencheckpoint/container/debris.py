@@ -20,9 +20,14 @@ another machine instance (another host on a shared file system, a previous
 boot, another container), nothing can be asked, and the writer counts as gone
 only when nothing in the entry has been modified for :data:`STALE_AFTER_S`.
 
-Only entries of this naming whose writer is gone, and whose content is what a
-writer of ours puts there (a regular file, or a directory holding nothing but
-``manifest.json`` and ``components``), are ever removed (:func:`clean_debris`).
+Only entries whose name parses exactly as this naming (a writer token, or the
+``PID-RANDOM`` suffix of R-PUB-1 that older versions wrote: ``.notes.txt.oc-old-2024``
+is not debris), whose writer is gone, and whose content is exactly what a
+writer of ours puts there are ever removed (:func:`clean_debris`): a ZIP file
+being written or deleted (or an empty file), or a directory holding nothing but a
+``components`` folder of plain folders and files and, if it is there, a
+``manifest.json`` that makes it a recognisable checkpoint. An old copy stays while the target is not a checkpoint: it
+is then the only copy (R-PUB-13).
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ _OWN_TOP_LEVEL = frozenset({"manifest.json", "components"})
 
 _DEBRIS_NAME = re.compile(r"\.(?P<name>.+)\.oc-(?P<kind>staging|old|delete)-(?P<token>.+)", re.DOTALL)
 _TOKEN = re.compile(r"(?P<pid>[0-9]+)-(?P<machine>[0-9a-f]{8})(?P<start>[0-9a-f]{8})[0-9a-f]{12}")
+_PROCESS = re.compile(r"(?P<pid>[0-9]+)-(?P<machine>[0-9a-f]{8})(?P<start>[0-9a-f]{8})")
+#: R-PUB-1's suffix (``PID-RANDOM``, 8+ alphanumerics), as versions before the writer token named debris.
+_LEGACY_SUFFIX = re.compile(r"[0-9]+-[A-Za-z0-9]{8,}")
+#: The first bytes of a ZIP local file header: what a staging archive starts with.
+_ZIP_START = b"PK\x03\x04"
 
 #: Paths this process is using right now (never debris, whatever their name says).
 _ACTIVE: set[Path] = set()
@@ -92,10 +102,31 @@ def process_start(pid: int) -> str | None:
         return None
 
 
+def process_token() -> str:
+    """``PID-MMMMMMMMSSSSSSSS``: this process, as the writer token names it (without the random part)."""
+    start = process_start(os.getpid()) or "0" * 8
+    return f"{os.getpid()}-{machine_token()}{start}"
+
+
 def writer_token() -> str:
     """A fresh token for one working name of this process."""
-    start = process_start(os.getpid()) or "0" * 8
-    return f"{os.getpid()}-{machine_token()}{start}{uuid.uuid4().hex[:12]}"
+    return f"{process_token()}{uuid.uuid4().hex[:12]}"
+
+
+def process_running(token: str) -> bool | None:
+    """Whether the process named by a :func:`process_token` runs now; None where this machine cannot tell.
+
+    None: the token is malformed or names another machine instance (another host,
+    boot or container), whose processes cannot be asked about.
+    """
+    match = _PROCESS.fullmatch(token)
+    if match is None or match["machine"] != machine_token():
+        return None
+    pid, started = int(match["pid"]), match["start"]
+    start = process_start(pid)
+    if start is not None and started != "0" * 8:
+        return start == started  # another start time: the pid was recycled, the process ended
+    return _pid_exists(pid)
 
 
 def working_path(target: Path, kind: str) -> Path:
@@ -128,11 +159,18 @@ class Debris:
 
 
 def parse(path: Path) -> Debris | None:
-    """The debris naming of ``path``'s last segment, or None if it is not of that naming."""
+    """The debris naming of ``path``'s last segment, or None if it is not exactly of that naming.
+
+    The suffix must be a writer token or R-PUB-1's ``PID-RANDOM``: a name that
+    merely contains ``.oc-old-`` (``.notes.txt.oc-old-2024``) is not debris.
+    """
     match = _DEBRIS_NAME.fullmatch(path.name)
     if match is None:
         return None
-    return Debris(path, match["name"], match["kind"], match["token"])
+    token = match["token"]
+    if _TOKEN.fullmatch(token) is None and _LEGACY_SUFFIX.fullmatch(token) is None:
+        return None
+    return Debris(path, match["name"], match["kind"], token)
 
 
 def _pid_exists(pid: int) -> bool:
@@ -177,24 +215,67 @@ def writer_gone(entry: Debris, *, now: float | None = None) -> bool:
     return age >= STALE_AFTER_S
 
 
-def holds_only_our_files(path: Path) -> bool:
-    """A regular file (an archive), or a directory with nothing but ``manifest.json`` and ``components``."""
+def _partial_staging(path: Path) -> bool:
+    """What a killed writer leaves at a working name: exactly what the library writes, nothing of anyone else's.
+
+    A file: empty, or beginning as a ZIP archive does. A directory: ``components``
+    holding only folders and regular files (no link, no special file), and, if
+    the manifest was written, a ``manifest.json`` that names the format (the
+    tree is then a complete checkpoint, judged as one).
+    """
+    from .target import not_a_checkpoint_reason  # target imports the readers; load them only when needed
+
     try:
-        mode = os.lstat(path).st_mode
-        if stat.S_ISREG(mode):
-            return True
-        if not stat.S_ISDIR(mode):
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode):
+            with open(path, "rb") as handle:
+                start = handle.read(len(_ZIP_START))
+            return start in (b"", _ZIP_START)
+        if not stat.S_ISDIR(info.st_mode):
             return False
-        return set(os.listdir(path)) <= _OWN_TOP_LEVEL
+        top = set(os.listdir(path))
+        if not top <= _OWN_TOP_LEVEL:
+            return False
+        if "manifest.json" in top:
+            return not_a_checkpoint_reason(path) is None
+        if "components" not in top:
+            return True
+        if not stat.S_ISDIR(os.lstat(path / "components").st_mode):
+            return False
+        for root, directories, files in os.walk(path / "components"):
+            for name in directories:
+                if not stat.S_ISDIR(os.lstat(os.path.join(root, name)).st_mode):
+                    return False
+            for name in files:
+                if not stat.S_ISREG(os.lstat(os.path.join(root, name)).st_mode):
+                    return False
+        return True
     except OSError:
         return False
 
 
+def holds_what_we_write(entry: Debris) -> bool:
+    """Whether ``entry`` holds exactly what this library puts at a name of its kind (see the module docstring).
+
+    Every kind is judged alike: a staging entry is a checkpoint being written, an
+    old copy or a tombstone one that was being deleted when its writer died.
+    """
+    return _partial_staging(entry.path)
+
+
+def target_is_checkpoint(entry: Debris) -> bool:
+    """Whether the name ``entry`` was made for holds a recognisable checkpoint (not nothing, not a stray folder)."""
+    from .target import not_a_checkpoint_reason  # target imports the readers; load them only when needed
+
+    target = entry.path.parent / entry.target_name
+    return os.path.lexists(target) and not_a_checkpoint_reason(target) is None
+
+
 def removable(entry: Debris) -> bool:
     """Whether ``entry`` is debris this library may remove now (R-PUB-18)."""
-    if entry.kind == "old" and not os.path.lexists(entry.path.parent / entry.target_name):
-        return False  # the only copy of the checkpoint while its name is missing (R-PUB-13)
-    return holds_only_our_files(entry.path) and writer_gone(entry)
+    if entry.kind == "old" and not target_is_checkpoint(entry):
+        return False  # the only copy of the checkpoint while its name holds none (R-PUB-13)
+    return holds_what_we_write(entry) and writer_gone(entry)
 
 
 def clean_debris(directory: Path) -> list[Path]:

@@ -23,7 +23,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from .debris import clean_debris, holds_only_our_files, parse, release, removable, working_path
+from ..errors import TargetExists
+from .debris import clean_debris, holds_what_we_write, parse, release, removable, working_path
+from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
 
 #: Test hook: called with an operation name before each filesystem step.
 FAULT_HOOK: Callable[[str], None] | None = None
@@ -90,16 +92,16 @@ def _renameat2() -> Callable[..., int] | None:
 
 
 _AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 
 
-def exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two names; False where the OS or filesystem cannot."""
+def _rename2(a: Path, b: Path, flags: int) -> bool:
+    """``renameat2(a, b, flags)``; False where the OS or filesystem does not have ``flags``."""
     function = _renameat2()
     if function is None:
         return False
-    fault_point("exchange")
-    result = function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    result = function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags)
     if result == 0:
         return True
     err = ctypes.get_errno()
@@ -108,27 +110,96 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two names; False where the OS or filesystem cannot."""
+    fault_point("exchange")
+    return _rename2(a, b, _RENAME_EXCHANGE)
+
+
+def _rename_new(staged: Path, target: Path) -> None:
+    """Rename ``staged`` to the missing name ``target`` without ever replacing what appears there meanwhile.
+
+    ``rename(2)`` would silently replace a file (or an empty directory) created at ``target`` since it was
+    checked; ``RENAME_NOREPLACE`` fails instead. Where the flag is missing, a file is linked (``link(2)``
+    fails on an existing name) and a directory renamed (``rename(2)`` fails on a non-empty directory, and an
+    empty one holds nothing to lose).
+    """
+    fault_point("rename")
+    if USE_EXCHANGE and _rename2(staged, target, _RENAME_NOREPLACE):
+        return
+    if staged.is_file() and not staged.is_symlink():
+        try:
+            os.link(staged, target)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the plain rename is all there is
+            os.rename(staged, target)
+            return
+        os.unlink(staged)
+    else:
+        os.rename(staged, target)
+
+
+def _appeared(target: Path, exc: OSError) -> TargetExists:
+    """The error for something put at ``target`` by another process while this save was publishing."""
+    return TargetExists(f"something was put here while the checkpoint was being written ({exc.strerror}); the "
+                        "new checkpoint was not published and nothing at this path was changed", file=str(target),
+                        rule="R-PUB-16")
+
+
+def _swapped_away_ours(swapped: Path, target: Path) -> None:
+    """After an exchange or a move aside: undo it unless what left ``target`` is a checkpoint (or nothing).
+
+    The target was checked just before; this closes the window between that check and the rename, in which
+    another process may have put its own folder or file there (R-PUB-16: only a checkpoint is replaced).
+    """
+    if is_empty_directory(swapped):
+        return
+    reason = not_a_checkpoint_reason(swapped)
+    if reason is None:
+        return
+    raise TargetExists(f"{reason}; it was put here while the checkpoint was being written: nothing at this path "
+                       "was changed", file=str(target), rule="R-PUB-16")
+
+
 #: Tests set this to False to exercise the fallback without RENAME_EXCHANGE.
 USE_EXCHANGE = True
 
 
 def _old_copies(target: Path) -> list[Path]:
-    """``.NAME.oc-old-*`` entries next to ``target`` that hold nothing but a checkpoint writer's files."""
+    """``.NAME.oc-old-<writer token>`` entries next to ``target`` that are whole checkpoints a writer moved aside."""
     prefix = f".{target.name}{_OLD_MARK}"
-    return [target.parent / name for name in sorted(os.listdir(target.parent))
-            if name.startswith(prefix) and holds_only_our_files(target.parent / name)]
+    copies = []
+    for name in sorted(os.listdir(target.parent)):
+        entry = parse(target.parent / name) if name.startswith(prefix) else None
+        if (entry is not None and entry.kind == "old" and entry.target_name == target.name
+                and holds_what_we_write(entry)):
+            copies.append(entry.path)
+    return copies
 
 
-def publish(staged: Path, target: Path, *, durable: bool) -> None:
+def publish(staged: Path, target: Path, *, durable: bool, overwrite: bool = True) -> None:
     """Make ``staged`` (a complete checkpoint) visible as ``target``, atomically.
 
-    The caller has checked that ``target`` is nothing or a checkpoint it may
-    replace (:func:`~opencheckpoint.container.target.check_replaceable`).
+    The last step before the rename or exchange checks ``target`` again
+    (:func:`~opencheckpoint.container.target.check_replaceable`, R-PUB-16):
+    whatever another process put there while the checkpoint was being written
+    (or packed) stays, and :class:`TargetExists` is raised. What an exchange or
+    a move aside takes away is checked once more, and put back unless it is a
+    checkpoint, so even a folder created between that check and the rename is
+    never deleted.
     """
     parent = target.parent
+    check_replaceable(target, overwrite=overwrite)
     if not os.path.lexists(target):
-        fault_point("rename")
-        os.rename(staged, target)
+        try:
+            _rename_new(staged, target)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+            raise _appeared(target, exc) from None
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
+            raise _appeared(target, exc) from None
         # A writer that died between its two renames left the previous checkpoint aside;
         # the new one now supersedes it (a live writer's copy is its own to remove).
         for old in _old_copies(target):
@@ -136,6 +207,11 @@ def publish(staged: Path, target: Path, *, durable: bool) -> None:
             if entry is not None and removable(entry):
                 remove_tree(old)
     elif USE_EXCHANGE and exchange(staged, target):
+        try:
+            _swapped_away_ours(staged, target)
+        except TargetExists:
+            exchange(staged, target)  # swap back: the user's entry returns to its name, untouched
+            raise
         if durable:
             fsync_directory(parent)
         remove_tree(staged)  # now holds the old checkpoint
@@ -150,6 +226,11 @@ def publish(staged: Path, target: Path, *, durable: bool) -> None:
         try:
             fault_point("rename-old")
             os.rename(target, old)
+            try:
+                _swapped_away_ours(old, target)
+            except TargetExists:
+                os.rename(old, target)
+                raise
             fault_point("rename")
             os.rename(staged, target)
             if durable:

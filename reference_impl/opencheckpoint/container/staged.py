@@ -7,8 +7,9 @@ asked, and publishes atomically. Whatever is left over on failure is removed
 on exit (and by the next save, should the process die).
 
 Before anything on disk changes, the target must be nothing or a checkpoint
-(:func:`~.target.check_replaceable`, spec R-PUB-16); it is checked again just
-before publication, in case something else was put there meanwhile.
+(:func:`~.target.check_replaceable`, spec R-PUB-16); :func:`~.publish.publish`
+checks it again as its last step before the rename, in case something else was
+put there meanwhile.
 
 >>> import tempfile, pathlib
 >>> target = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
@@ -79,13 +80,12 @@ class StagedCheckpoint:
                 os.fsync(handle.fileno())
         if self.durable:
             fsync_tree_directories(self.directory)
-        check_replaceable(self.target, overwrite=self.overwrite)
         if self.form == "directory":
-            publish(self.directory, self.target, durable=self.durable)
+            publish(self.directory, self.target, durable=self.durable, overwrite=self.overwrite)
         else:
             self._archive = staging_path(self.target)
             self._pack(body["components"])
-            publish(self._archive, self.target, durable=self.durable)
+            publish(self._archive, self.target, durable=self.durable, overwrite=self.overwrite)
             release(self._archive)
             self._archive = None
 

@@ -33,7 +33,9 @@ from ..errors import CheckpointError, TargetExists
 from ..manifest import MANIFEST_NAME
 from ..models import FORMAT_NAME
 from ..strict_json import parse_ijson
-from .base import old_candidates, open_source
+from .archive import ArchiveSource
+from .base import old_candidates
+from .directory import DirectorySource
 
 
 def not_a_checkpoint_reason(path: Path) -> str | None:
@@ -47,7 +49,8 @@ def not_a_checkpoint_reason(path: Path) -> str | None:
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         return "neither a directory nor a regular file"
     try:
-        with open_source(path) as source:
+        # By its type, not its name: a staging or old copy is judged by what it holds (R-PUB-12 is a reader rule).
+        with (DirectorySource(path) if stat.S_ISDIR(mode) else ArchiveSource(path)) as source:
             manifest = parse_ijson(source.read_manifest(), file=MANIFEST_NAME)
             listed = _listed_files(manifest)
             if listed is None:
@@ -65,6 +68,20 @@ def not_a_checkpoint_reason(path: Path) -> str | None:
     for rel in sorted(found):
         if rel != MANIFEST_NAME and rel not in listed:
             return f"{rel!r} inside it is not listed in its {MANIFEST_NAME}"
+    if stat.S_ISDIR(mode):
+        return _unlisted_directory(path, listed)
+    return None
+
+
+def _unlisted_directory(path: Path, listed: set[str]) -> str | None:
+    """The first folder inside ``path`` that holds no listed file (a user's, even if empty), or None."""
+    holders = {"components"} | {rel.rsplit("/", 1)[0] for rel in listed} | {
+        "/".join(rel.split("/")[:depth]) for rel in listed for depth in range(1, rel.count("/"))}
+    for root, directories, _files in os.walk(path):
+        for name in sorted(directories):
+            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+            if rel not in holders:
+                return f"{rel + '/'!r} inside it is a folder its {MANIFEST_NAME} does not list"
     return None
 
 
@@ -89,15 +106,18 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
     """Raise :class:`TargetExists` unless a save may put a new checkpoint at ``target``.
 
     Nothing at ``target``: always. A checkpoint (see the module docstring):
-    only with ``overwrite``. Anything else: never.
+    only with ``overwrite``. Anything else: never. Nor a target inside a
+    checkpoint (it would add a file its manifest does not list), nor one
+    below a path that is a file.
     """
+    _check_ancestors(target)
     if not os.path.lexists(target):
         if not overwrite and old_candidates(target):
             # Readers serve the checkpoint from its old copy while the name is missing (R-PUB-13).
             raise TargetExists("a checkpoint exists here (moved aside by an interrupted save) and overwrite=False; "
                                "nothing was changed", file=str(target), rule="R-PUB-16")
         return
-    if _empty_directory(target):
+    if is_empty_directory(target):
         return
     reason = not_a_checkpoint_reason(target)
     if reason is not None:
@@ -107,7 +127,27 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
                            rule="R-PUB-16")
 
 
-def _empty_directory(path: Path) -> bool:
+def _check_ancestors(target: Path) -> None:
+    """Refuse a target below a file, or inside a directory checkpoint (its ``components/new``, say)."""
+    for ancestor in target.absolute().parents:
+        try:
+            mode = os.stat(ancestor).st_mode
+        except FileNotFoundError:
+            continue  # made by the save
+        except OSError as exc:
+            raise TargetExists(f"its parent {str(ancestor)!r} cannot be looked at ({exc.strerror}); nothing was "
+                               "changed", file=str(target), rule="R-PUB-16") from None
+        if not stat.S_ISDIR(mode):
+            raise TargetExists(f"its parent {str(ancestor)!r} is a file, not a folder; nothing was changed",
+                               file=str(target), rule="R-PUB-16")
+        if os.path.isfile(ancestor / MANIFEST_NAME) and not_a_checkpoint_reason(ancestor) is None:
+            raise TargetExists(f"it is inside the checkpoint {str(ancestor)!r}, which would then hold a file its "
+                               f"{MANIFEST_NAME} does not list; nothing was changed", file=str(target),
+                               rule="R-PUB-16")
+
+
+def is_empty_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory (not a link to one) with no entries."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode) and not os.listdir(path)
     except OSError:
