@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import TargetExists
+from ..errors import CheckpointError, ConcurrentModification, TargetExists
 from .debris import clean_debris, holds_what_we_write, parse, release, removable, working_path
 from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
 
@@ -140,8 +140,16 @@ def _rename_new(staged: Path, target: Path) -> None:
         os.rename(staged, target)
 
 
-def _appeared(target: Path, exc: OSError) -> TargetExists:
-    """The error for something put at ``target`` by another process while this save was publishing."""
+def _appeared(target: Path, exc: OSError) -> CheckpointError:
+    """The error for something put at ``target`` by another process while this save was publishing.
+
+    Another writer's checkpoint: the two saves raced (R-RDR-14's writer side), and saving again replaces it.
+    Anything else: the target is not this library's to replace (R-PUB-16).
+    """
+    if os.path.lexists(target) and not_a_checkpoint_reason(target) is None:
+        return ConcurrentModification(
+            "another process published or is publishing a checkpoint at this path while this save was writing "
+            f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
     return TargetExists(f"something was put here while the checkpoint was being written ({exc.strerror}); the "
                         "new checkpoint was not published and nothing at this path was changed", file=str(target),
                         rule="R-PUB-16")
