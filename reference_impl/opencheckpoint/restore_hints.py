@@ -7,8 +7,10 @@ mismatched array convertible (same shapes, other dtypes).
 
 >>> suggest(["weight", "bias"], ["module.weight", "module.bias"], [])
 "; the stored keys differ by a prefix: pass rename={'module.': ''}"
->>> suggest(["0.weight"], ["encoder.0.weight", "decoder.0.weight"], [])
+>>> suggest(["0.weight"], ["encoder.0.weight", "head.weight"], [])
 "; the target is the stored 'encoder' part: pass subtree='encoder'"
+>>> suggest(["0.weight"], ["encoder.0.weight", "decoder.0.weight"], [])
+"; the target matches the stored 'encoder' or 'decoder' part by name: pass subtree= with the one you mean"
 >>> suggest([], [], [("bfloat16", "float32")])
 "; same shapes, other dtypes: pass cast='widening' (or cast=True)"
 """
@@ -38,20 +40,22 @@ def _renamed(path: str, old: str, new: str) -> str | None:
     return f"{new}.{rest}" if new else rest
 
 
-def prefix_fix(missing: Sequence[str], unexpected: Sequence[str]) -> tuple[str, str] | None:
-    """A prefix rename (stored prefix, target prefix) under which every missing key path is found."""
+def prefix_fixes(missing: Sequence[str], unexpected: Sequence[str], limit: int = 4) -> list[tuple[str, str]]:
+    """Prefix renames (stored prefix, target prefix) under each of which every missing key path is found."""
     if not missing or not unexpected:
-        return None
+        return []
     wanted = set(missing)
+    fixes: list[tuple[str, str]] = []
     for stored in unexpected:
         pair = _prefix_pair(stored, missing[0])
-        if pair is None or pair == ("", ""):
+        if pair is None or pair == ("", "") or pair in fixes:
             continue
         old, new = pair
-        found = {_renamed(path, old, new) for path in unexpected}
-        if wanted <= found:
-            return pair
-    return None
+        if wanted <= {_renamed(path, old, new) for path in unexpected}:
+            fixes.append(pair)
+            if len(fixes) == limit:
+                break
+    return fixes
 
 
 def suggest(missing: Sequence[str], unexpected: Sequence[str], dtype_only: Sequence[tuple[str, str]]) -> str:
@@ -63,15 +67,18 @@ def suggest(missing: Sequence[str], unexpected: Sequence[str], dtype_only: Seque
         dtype_only: (stored dtype, target dtype) of every array that differs in dtype only.
     """
     hints = []
-    pair = prefix_fix(missing, unexpected)
-    if pair is not None:
-        old, new = pair
-        leftover = [p for p in unexpected if _renamed(p, old, new) not in set(missing)]
-        if new == "" and leftover:
-            hints.append(f"the target is the stored {old!r} part: pass subtree={old!r}")
-        else:
-            hints.append("the stored keys differ by a prefix: pass rename={"
-                         f"{(old + '.') if old else ''!r}: {(new + '.') if new else ''!r}}}")
+    fixes = prefix_fixes(missing, unexpected)
+    wanted = set(missing)
+    parts = [old for old, new in fixes
+             if new == "" and any(_renamed(p, old, new) not in wanted for p in unexpected)]
+    if parts:
+        hints.append(f"the target is the stored {parts[0]!r} part: pass subtree={parts[0]!r}" if len(parts) == 1
+                     else "the target matches the stored " + " or ".join(map(repr, parts))
+                     + " part by name: pass subtree= with the one you mean")
+    elif fixes:
+        old, new = fixes[0]
+        hints.append("the stored keys differ by a prefix: pass rename={"
+                     f"{(old + '.') if old else ''!r}: {(new + '.') if new else ''!r}}}")
     if dtype_only:
         if all(is_widening(stored, target) for stored, target in dtype_only):
             hints.append("same shapes, other dtypes: pass cast='widening' (or cast=True)")
@@ -80,4 +87,4 @@ def suggest(missing: Sequence[str], unexpected: Sequence[str], dtype_only: Seque
     return "".join(f"; {hint}" for hint in hints)
 
 
-__all__ = ["prefix_fix", "suggest"]
+__all__ = ["prefix_fixes", "suggest"]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .casting import CastPolicy, Caster, Conversion
+from .casting import Caster, CastPolicy, Conversion
 from .errors import IncompatibleComponent
 from .tree.nodes import NamedTupleValue
 
@@ -244,17 +244,17 @@ def _flatten(node: Any, steps: tuple[_Step, ...], out: list[tuple[tuple[_Step, .
 
 
 def _align(steps: tuple[_Step, ...], parts: list[str]) -> list[_Step]:
-    """The renamed path as steps: the unchanged tail keeps the stored keys and containers (an int key stays
-    an int, a list stays a list); renamed leading segments become str dict keys."""
-    aligned: list[_Step] = []
-    old = list(steps)
-    for part in reversed(parts):
-        if old and str(old[-1].key) == part and len(aligned) == len(steps) - len(old):
-            aligned.append(old.pop())
-        else:
-            old = []
-            aligned.append(_Step(part, "dict"))
-    return aligned[::-1]
+    """The renamed path as steps: the unchanged head and tail keep the stored keys and containers (an int key
+    stays an int, a list stays a list); renamed segments in between become str dict keys."""
+    limit = min(len(steps), len(parts))
+    head = 0
+    while head < limit and str(steps[head].key) == parts[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and str(steps[-1 - tail].key) == parts[-1 - tail]:
+        tail += 1
+    middle = [_Step(part, "dict") for part in parts[head: len(parts) - tail]]
+    return [*steps[:head], *middle, *steps[len(steps) - tail:]]
 
 
 _ABSENT: Any = object()

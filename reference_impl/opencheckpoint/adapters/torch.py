@@ -469,7 +469,7 @@ def _cast(reader: ComponentReader, key: str, stored: torch.Tensor, live: torch.T
         return ""
     target = TORCH_DTYPE_NAMES.get(live.dtype)
     if target is None:
-        return f": this torch dtype has no OpenCheckpoint name"
+        return ": this torch dtype has no OpenCheckpoint name"
     try:
         converted = caster.cast(tensor_to_numpy(stored), numpy_dtype(target), key, reader.name)
     except CastRefused as exc:
