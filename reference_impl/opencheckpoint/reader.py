@@ -770,7 +770,20 @@ def read_component(
     framework: str = "numpy",
     verify: bool = True,
     map_location: Any = None,
+    rename: Any = None,
+    subtree: str | None = None,
 ) -> Any:
-    """Read one component's stored value (no live object needed), as ``framework`` objects."""
+    """Read one component's stored value (no live object needed), as ``framework`` objects.
+
+    ``rename`` and ``subtree`` select and rename its key paths as in :meth:`Checkpoint.load
+    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`).
+    """
+    from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
+
+    plan = RestorePlan(rename, subtree)
     with CheckpointReader(path) as reader:
-        return reader.read(name, framework=framework, verify=verify, map_location=map_location)
+        value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
+    try:
+        return plan.apply(value, name)
+    except CheckpointError as exc:
+        raise exc.at(file=str(path), field=f"components.{name}") from None

@@ -209,6 +209,31 @@ class RestorePlan:
                                         "subtree= is a key path after rename=)")
 
 
+def flatten(tree: Any) -> dict[str, Any]:
+    """Every leaf of a nested tree by its dotted key path (the paths ``rename=`` sees).
+
+    >>> flatten({"encoder": {"layers": [{"kernel": 1}]}, "step": 3})
+    {'encoder.layers.0.kernel': 1, 'step': 3}
+    """
+    leaves: list[tuple[tuple[_Step, ...], Any]] = []
+    _flatten(tree, (), leaves)
+    return {".".join(str(step.key) for step in steps): value for steps, value in leaves}
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[Any, Any]:
+    """Nested dicts from dotted key paths; all-digit segments become int keys (NNX state numbers list items).
+
+    >>> unflatten({"encoder.layers.0.kernel": 1, "step": 3})
+    {'encoder': {'layers': {0: {'kernel': 1}}}, 'step': 3}
+    """
+    root = _Build()
+    for path, value in flat.items():
+        _check_target(path, path)
+        root.place([_Step(int(p) if p.isdigit() else p, "dict") for p in path.split(".")], value, path)
+    out: dict[Any, Any] = root.finish() if flat else {}
+    return out
+
+
 def _check_target(target: str, path: str) -> None:
     if not target or "" in target.split("."):
         raise IncompatibleComponent(f"rename maps {path!r} to {target!r}, which is not a key path")
@@ -294,4 +319,4 @@ class _Build:
         return mapping(items) if kind == "dict" else items
 
 
-__all__ = ["Rename", "Renamer", "RestorePlan"]
+__all__ = ["Rename", "Renamer", "RestorePlan", "flatten", "unflatten"]
