@@ -115,11 +115,10 @@ def convert(array: np.ndarray, target: np.dtype) -> np.ndarray:
         source_name, target_name = dtype_name(array.dtype), dtype_name(target)
         floats = source_name in _FLOATS and target_name in _FLOATS and out.size
         nan = np.isnan(array) if floats else None  # signaling NaNs make isnan warn "invalid value"
-    if nan is not None:
-        if nan.any():
-            out = np.array(out)  # writable
-            out.view(_bits(out.dtype))[nan] = _nan_bits(array.view(_bits(array.dtype))[nan], source_name,
-                                                        target_name, out.dtype)
+    if nan is not None and nan.any():
+        out = np.array(out)  # writable
+        out.view(_bits(out.dtype))[nan] = _nan_bits(array.view(_bits(array.dtype))[nan], source_name,
+                                                    target_name, out.dtype)
     return out
 
 

@@ -128,7 +128,7 @@ def test_encoder_part_restores_into_a_separate_encoder_and_the_rest_is_reported_
     saved = Net(0)
     path = Checkpoint(model=Wrapper(saved)).save(tmp_path / "c")
     encoder = Net(1).encoder
-    with pytest.raises(IncompatibleComponent, match="pass subtree='module.encoder'"):
+    with pytest.raises(IncompatibleComponent, match=r"pass subtree='module\.encoder'"):
         Checkpoint(model=encoder).load(path)
     result = Checkpoint(model=encoder).load(path, rename={"module.": ""}, subtree="encoder")
     assert _same_state(encoder, saved.encoder)

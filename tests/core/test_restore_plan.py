@@ -58,7 +58,7 @@ def test_a_callable_returning_none_drops_the_entry_and_reports_it() -> None:
 
 
 def test_two_entries_renamed_to_one_key_path_are_refused() -> None:
-    with pytest.raises(IncompatibleComponent, match="maps both 'a.w' and 'b.w' to 'w'"):
+    with pytest.raises(IncompatibleComponent, match=r"maps both 'a\.w' and 'b\.w' to 'w'"):
         RestorePlan(rename=lambda p: p.split(".")[-1]).apply({"a.w": 1, "b.w": 2}, "model")
     with pytest.raises(IncompatibleComponent, match="not a key path"):
         RestorePlan(rename={"a": ""}).apply({"a": 1, "b.c": 2}, "model")
@@ -120,5 +120,5 @@ def test_read_component_renames_and_selects(tmp_path: Any) -> None:
     path = Checkpoint(model={"module.enc.w": np.ones(2), "module.dec.w": np.zeros(2)}).save(tmp_path / "c")
     assert list(read_component(path, "model", rename={"module.": ""})) == ["enc.w", "dec.w"]
     assert list(read_component(path, "model", rename={"module.": ""}, subtree="enc")) == ["w"]
-    with pytest.raises(IncompatibleComponent, match="components.model"):
+    with pytest.raises(IncompatibleComponent, match=r"components\.model"):
         read_component(path, "model", subtree="encoder")
