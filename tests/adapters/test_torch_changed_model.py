@@ -83,11 +83,15 @@ def test_torch_compile_keys_restore_into_the_plain_model(tmp_path: Path) -> None
         Checkpoint(model=plain).load(path)
     Checkpoint(model=plain).load(path, rename={"_orig_mod.": ""})
     assert _same_state(plain, saved)
-    # and the other way: a plain checkpoint into a compiled model, with a callable
+    # and the other way: a plain checkpoint into a compiled model, with a callable; the optimizer (keyed by
+    # parameter order) is not renamed
     back = torch.compile(Net(2))
-    Checkpoint(model=back).load(Checkpoint(model=saved).save(tmp_path / "plain"),
-                                rename=lambda key: f"_orig_mod.{key}")
+    optimizer = _trained(saved)
+    back_optimizer = torch.optim.Adam(back.parameters(), lr=0.1)
+    Checkpoint(model=back, optimizer=back_optimizer).load(
+        Checkpoint(model=saved, optimizer=optimizer).save(tmp_path / "plain"), rename=lambda key: f"_orig_mod.{key}")
     assert _same_state(back, compiled)
+    assert torch.equal(back_optimizer.state[back.head.weight]["exp_avg"], optimizer.state[saved.head.weight]["exp_avg"])
 
 
 def test_bf16_checkpoint_into_fp32_model_needs_cast_and_reports_every_conversion(tmp_path: Path) -> None:

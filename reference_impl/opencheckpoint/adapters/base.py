@@ -138,7 +138,7 @@ class ComponentReader:
         return self.reader.prepare_into(self.name, target, verify=self.verify)
 
     def json(self) -> Any:
-        return self.plan.apply(self.reader.json(self.name), self.name)
+        return self.reader.json(self.name)  # a config, not model state: rename=/subtree= leave it as stored
 
     def verify_bytes(self) -> None:
         """Check every byte of the component against its checksums, holding nothing in memory.

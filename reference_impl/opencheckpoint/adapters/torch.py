@@ -29,6 +29,7 @@ DtypeValue(name='float8_e4m3fn')
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -41,6 +42,7 @@ from ..casting import CastRefused
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
 from ..restore_hints import suggest
+from ..restore_plan import RestorePlan
 from ..tree.decode import empty_array
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
@@ -285,6 +287,10 @@ class TorchStateDictAdapter(Adapter):
         write_state(writer, value.state_dict())
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        if isinstance(value, torch.optim.Optimizer) and reader.plan.selects:
+            # An optimizer keys its state by parameter order, not by name: it follows renamed parameters as it
+            # is, and a rename/subtree meant for the module's key paths must not touch its "state.0.exp_avg".
+            reader = dataclasses.replace(reader, plan=RestorePlan(cast=reader.plan.cast))
         state = read_state(reader, "torch")
         checked = False
         if isinstance(value, torch.optim.Optimizer):
