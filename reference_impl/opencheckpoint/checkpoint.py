@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
+from .casting import CastPolicy, Conversion
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
@@ -36,6 +37,7 @@ from .manifest import KIND_VERSIONS, MANIFEST_NAME
 from .models import FORMAT_NAME, FORMAT_VERSION
 from .paths import check_segment
 from .reader import CheckpointReader
+from .restore_plan import Rename, RestorePlan
 from .strict_json import parse_ijson
 
 logger = logging.getLogger("opencheckpoint")
@@ -59,6 +61,8 @@ class LoadResult:
         manifest: the checkpoint's manifest (plain JSON).
         versions: producer environment vs this runtime: name -> {checkpoint, runtime, matches}.
         version_skew: True when any recorded version differs from the runtime's.
+        conversions: every array converted to another dtype (``cast=``), each marked lossy or not.
+        unused: component -> stored key paths not restored (outside ``subtree=``, dropped by ``rename=``).
     """
 
     loaded: set[str] = field(default_factory=set)
@@ -69,6 +73,8 @@ class LoadResult:
     manifest: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, dict[str, Any]] = field(default_factory=dict)
     version_skew: bool = False
+    conversions: list[Conversion] = field(default_factory=list)
+    unused: dict[str, list[str]] = field(default_factory=dict)
 
 
 def runtime_environment() -> dict[str, str]:
@@ -279,8 +285,20 @@ class Checkpoint:
         strict: Strictness | None = None,
         map_location: Any = None,
         verify: bool = True,
+        rename: Rename | None = None,
+        cast: CastPolicy = None,
+        subtree: str | None = None,
     ) -> LoadResult:
         """Restore the selected registered components from ``path``.
+
+        Restoring into a model that changed (see the docs page "Restoring into
+        a changed model"): ``rename`` maps stored key paths to the target's
+        (``{"module.": ""}`` or a callable; ``None`` from it drops an entry),
+        ``subtree`` restores only the stored entries under a key path
+        (``"encoder"``), ``cast`` allows dtype conversions (``True``,
+        ``"widening"``, ``"lossless"``; default none). They apply to every
+        selected component, in phase 1, so the restore stays atomic; the
+        result lists the conversions made and the entries left unused.
 
         Format-level problems (corruption, unsafe paths, unsupported versions)
         always raise. ``strict`` governs only missing and incompatible
@@ -300,6 +318,8 @@ class Checkpoint:
         if mode not in _STRICTNESS:
             raise ValueError(f"strict must be one of {_STRICTNESS}, got {mode!r}")
         requested = self._selection(components)
+        RestorePlan(rename, subtree, cast)  # a bad option raises before anything is read
+        options = {"rename": rename, "subtree": subtree, "cast": cast}
         with CheckpointReader(path) as reader:
             stored = reader.components
             versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
@@ -328,13 +348,13 @@ class Checkpoint:
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
-            prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify)
+            prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify, options)
             self._apply_all(prepared, result, mode, path)
         return result
 
     def _prepare_all(self, plan: list[tuple[str, Adapter]], reader: CheckpointReader, result: LoadResult,
                      mode: Strictness, path: Any, map_location: Any, verify: bool,
-                     ) -> list[tuple[str, Adapter, PreparedRestore]]:
+                     options: Mapping[str, Any] | None = None) -> list[tuple[str, Adapter, PreparedRestore]]:
         """Phase 1: read, verify and check every planned component; no live object is touched.
 
         Any ``CheckpointError`` (corruption, and under ``strict="error"`` a
@@ -343,12 +363,16 @@ class Checkpoint:
         prepared: list[tuple[str, Adapter, PreparedRestore]] = []
         for name, adapter in plan:
             value, _ = self._components[name]
-            component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify)
+            component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify,
+                                               plan=RestorePlan(**(options or {})))
             try:
                 restore = prepare_restore(adapter, value, component_reader, strict=mode)
             except IncompatibleComponent as exc:
                 self._incompatible(result, name, exc, mode, path)
                 continue
+            result.conversions += component_reader.plan.conversions
+            if component_reader.plan.unused:
+                result.unused[name] = list(component_reader.plan.unused)
             prepared.append((name, adapter, restore))
         return prepared
 

@@ -32,13 +32,14 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from .errors import IncompatibleComponent
+from .restore_plan import RestorePlan, flatten, unflatten
 
 LayerKind = Literal["linear", "conv", "layernorm", "embedding"]
 
@@ -109,36 +110,76 @@ def _to_torch_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
     return tuple(range(ndim))
 
 
+def torch_to_nnx_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+    """A ``rename=`` callable: PyTorch state-dict key -> dotted NNX key path (``"0.weight"`` -> ``"encoder.kernel"``).
+
+    Keys of modules the mapping does not name map to ``None`` (dropped). Use it
+    with ``read_component(..., rename=...)`` or as the model for a mapping of
+    your own; layouts (transposes) are :func:`torch_state_to_nnx`'s job.
+
+    >>> torch_to_nnx_rename({"0": "encoder"})("0.weight"), torch_to_nnx_rename({"0": "encoder"})("1.weight")
+    ('encoder.kernel', None)
+    """
+    layers = {prefix: _layer(spec) for prefix, spec in mapping.items()}
+
+    def rename(key: str) -> str | None:
+        prefix, _, name = key.rpartition(".")
+        layer = layers.get(prefix)
+        if layer is None:
+            return None
+        nnx_name = _NAMES[layer.kind].get(name)
+        if nnx_name is None:
+            raise IncompatibleComponent(f"{key}: a {layer.kind} layer has no parameter {name!r}", field=key)
+        return f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+
+    return rename
+
+
+def nnx_to_torch_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+    """A ``rename=`` callable: dotted NNX key path -> PyTorch state-dict key (the inverse of
+    :func:`torch_to_nnx_rename`); paths outside the mapped layers (RNG keys, counters) map to ``None``.
+
+    >>> nnx_to_torch_rename({"0": "encoder"})("encoder.kernel")
+    '0.weight'
+    """
+    inverse: dict[str, str] = {}
+    for prefix, spec in mapping.items():
+        layer = _layer(spec)
+        for torch_name, nnx_name in _NAMES[layer.kind].items():
+            nnx_key = f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+            inverse[nnx_key] = f"{prefix}.{torch_name}" if prefix else torch_name
+    return inverse.get
+
+
+def _layout(key: str, mapping: LayerMapping) -> tuple[str, str]:
+    """(layer kind, torch parameter name) of a PyTorch state-dict key named by ``mapping``."""
+    prefix, _, name = key.rpartition(".")
+    return _layer(mapping[prefix]).kind, name
+
+
 def torch_state_to_nnx(state_dict: Mapping[str, Any], mapping: LayerMapping, *, strict: bool = True) -> dict[Any, Any]:
     """A nested NNX state dict (for ``nnx.replace_by_pure_dict``) from a flat PyTorch state dict.
 
     ``mapping`` maps PyTorch module prefixes (``"actor.0"``) to NNX paths
     (``"actor.hidden"``) or :class:`Layer` values. With ``strict`` every
     state-dict entry must be mapped; otherwise unmapped entries are skipped.
+    Names are mapped by :func:`torch_to_nnx_rename` through the renaming
+    machinery of ``Checkpoint.load(rename=...)``; values are transposed.
     """
-    out: dict[Any, Any] = {}
-    unmapped: list[str] = []
-    for key, value in state_dict.items():
-        prefix, _, name = key.rpartition(".")
-        spec = mapping.get(prefix)
-        if spec is None:
-            unmapped.append(key)
-            continue
-        layer = _layer(spec)
-        nnx_name = _NAMES[layer.kind].get(name)
-        if nnx_name is None:
-            raise IncompatibleComponent(f"{key}: a {layer.kind} layer has no parameter {name!r}", field=key)
+    plan = RestorePlan(rename=torch_to_nnx_rename(mapping))
+    renamed = plan.apply_flat(state_dict, "state dict")
+    if strict and plan.unused:
+        raise IncompatibleComponent(f"state dict entries without a mapping: {', '.join(plan.unused)}")
+    origin = [key for key in state_dict if key not in set(plan.unused)]
+    flat: dict[str, Any] = {}
+    for key, (nnx_key, value) in zip(origin, renamed.items(), strict=True):
+        kind, name = _layout(key, mapping)
         try:
-            axes = _to_nnx_axes(layer.kind, name, len(value.shape))
+            axes = _to_nnx_axes(kind, name, len(value.shape))
         except IncompatibleComponent as exc:
             raise exc.at(field=key) from None
-        node = out
-        for part in _nnx_keys(layer.nnx_path):
-            node = node.setdefault(part, {})
-        node[nnx_name] = _permute(value, axes)
-    if strict and unmapped:
-        raise IncompatibleComponent(f"state dict entries without a mapping: {', '.join(unmapped)}")
-    return out
+        flat[nnx_key] = _permute(value, axes)
+    return unflatten(flat)
 
 
 def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict[str, Any]:
@@ -147,8 +188,9 @@ def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict
     Only the layers named in ``mapping`` are taken (an NNX state also holds
     RNG keys and counters that have no PyTorch counterpart); each must be
     present with every parameter of its kind (``bias`` may be absent).
+    Names are mapped by :func:`nnx_to_torch_rename`; values are transposed.
     """
-    out: dict[str, Any] = {}
+    flat = flatten(params)
     for prefix, spec in mapping.items():
         layer = _layer(spec)
         node: Any = params
@@ -158,15 +200,23 @@ def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict
                                             field=layer.nnx_path)
             node = node[part]
         for torch_name, nnx_name in _NAMES[layer.kind].items():
-            if nnx_name not in node:
-                if torch_name == "bias":
-                    continue
+            if torch_name != "bias" and (not isinstance(node, Mapping) or nnx_name not in node):
                 raise IncompatibleComponent(f"NNX layer {layer.nnx_path!r} has no {nnx_name!r}",
                                             field=f"{layer.nnx_path}.{nnx_name}")
-            value = node[nnx_name]
-            out[f"{prefix}.{torch_name}" if prefix else torch_name] = _permute(
-                value, _to_torch_axes(layer.kind, torch_name, len(value.shape)))
+    renamed = RestorePlan(rename=nnx_to_torch_rename(mapping)).apply_flat(flat, "NNX state")
+    out: dict[str, Any] = {}
+    for key, value in renamed.items():
+        kind, name = _layout(key, mapping)
+        out[key] = _permute(value, _to_torch_axes(kind, name, len(value.shape)))
     return out
 
 
-__all__ = ["Layer", "LayerKind", "LayerMapping", "nnx_to_torch_state", "torch_state_to_nnx"]
+__all__ = [
+    "Layer",
+    "LayerKind",
+    "LayerMapping",
+    "nnx_to_torch_rename",
+    "nnx_to_torch_state",
+    "torch_state_to_nnx",
+    "torch_to_nnx_rename",
+]

@@ -845,17 +845,29 @@ def read_component(
     framework: str = "numpy",
     verify: bool = True,
     map_location: Any = None,
+    rename: Any = None,
+    subtree: str | None = None,
 ) -> Any:
     """Read one component's stored value (no live object needed), as ``framework`` objects.
 
     If another process replaces the checkpoint while it is read and the reader loses a file it
     could not hold open, the read starts over once on the new checkpoint (R-RDR-13).
+    ``rename`` and ``subtree`` select and rename its key paths as in :meth:`Checkpoint.load
+    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`).
     """
+    from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
+
+    plan = RestorePlan(rename, subtree)
+    value: Any = None
     for attempt in range(2):
         try:
             with CheckpointReader(path) as reader:
-                return reader.read(name, framework=framework, verify=verify, map_location=map_location)
+                value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
+            break
         except ConcurrentModification:
             if attempt:
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
+    try:
+        return plan.apply(value, name)
+    except CheckpointError as exc:
+        raise exc.at(file=str(path), field=f"components.{name}") from None

@@ -541,6 +541,8 @@ class RunCheckpointer:
         self.optional = frozenset(optional)
         self.resume_path = None if resume_path is None else local_path(resume_path)
         self.last_saved_step: int | None = None
+        #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
+        self.last_load: LoadResult | None = None
 
     @property
     def components(self) -> list[str]:
@@ -603,7 +605,8 @@ class RunCheckpointer:
                                       field="$.metadata.step")
             step = int(match.group(1))
         wanted = [n for n in self.components if n not in self.optional or n in stored]
-        self.checkpoint.load(path, components=wanted, **load_kwargs)
+        # kept for the caller: conversions made by cast= and entries left unused by rename=/subtree=
+        self.last_load = self.checkpoint.load(path, components=wanted, **load_kwargs)
         self.last_saved_step = step
         logger.info("resumed from %s at step %d", path, step)
         return step

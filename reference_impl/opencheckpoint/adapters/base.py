@@ -45,6 +45,7 @@ import numpy as np
 from ..errors import IncompatibleComponent
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
+from ..restore_plan import RestorePlan
 from ..strict_json import dump_json
 from ..tree.encode import write_small_file, write_tree
 from .conform import conform
@@ -111,13 +112,18 @@ class ComponentReader:
     name: str
     map_location: Any = None
     verify: bool = True
+    #: ``rename=`` / ``subtree=`` / ``cast=`` of the load (:mod:`opencheckpoint.restore_plan`); empty by default
+    plan: RestorePlan = field(default_factory=RestorePlan)
 
     @property
     def record(self) -> Any:
         return self.reader.record(self.name)
 
-    def tree(self, framework: str = "numpy") -> Any:
-        return self.reader.read(self.name, framework=framework, verify=self.verify, map_location=self.map_location)
+    def tree(self, framework: str = "numpy", *, embedded: bool = False) -> Any:
+        """The stored tree, its key paths selected and renamed by :attr:`plan` (``embedded``: optimizer
+        states, whose parameter trees lie below their own fields; see :class:`~opencheckpoint.restore_plan.Renamer`)."""
+        value = self.reader.read(self.name, framework=framework, verify=self.verify, map_location=self.map_location)
+        return self.plan.apply(value, self.name, embedded=embedded)
 
     def tree_into(self, target: Any) -> Any:
         """The tree (NumPy), with arrays that fit ``target``'s arrays read into them in place.
@@ -132,7 +138,7 @@ class ComponentReader:
         return self.reader.prepare_into(self.name, target, verify=self.verify)
 
     def json(self) -> Any:
-        return self.reader.json(self.name)
+        return self.reader.json(self.name)  # a config, not model state: rename=/subtree= leave it as stored
 
     def verify_bytes(self) -> None:
         """Check every byte of the component against its checksums, holding nothing in memory.
@@ -362,7 +368,8 @@ def write_state(writer: ComponentWriter, state: Any) -> None:
 def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any:
     """The state written by :func:`write_state`, with its arrays shaped like ``live``'s leaves (NumPy reads)
     and its mappings' attributes re-attached (as ``OrderedDict`` attributes)."""
-    stored = reader.tree(framework)
+    stored = reader.reader.read(reader.name, framework=framework, verify=reader.verify,
+                                map_location=reader.map_location)
     metadata = reader.record.metadata
     lifted: Any = []
     if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
@@ -371,6 +378,10 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
             raise IncompatibleComponent("component metadata says the state has attributes, but the stored tree "
                                         "is not {'state': ..., 'attributes': [...]}")
         stored, lifted = stored["state"], stored["attributes"]
+    if reader.plan.selects:  # rename/subtree act on the state's key paths; attributes of moved mappings stay behind
+        stored = reader.plan.apply(stored, reader.name)
+        lifted = [e for e in lifted if isinstance(e, list) and e and isinstance(e[0], list)
+                  and _follow(stored, e[0]) is not None]
     if framework == "numpy" and live is not None:
         stored = conform(stored, live, map_location=reader.map_location).value
     for entry in lifted:
@@ -493,8 +504,8 @@ class TreeAdapter(Adapter):
         writer.write_tree(value)
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        if isinstance(value, np.ndarray) or (
-                isinstance(value, (dict, list)) and container_framework(value) == "numpy"):
+        if not reader.plan.selects and (isinstance(value, np.ndarray) or (
+                isinstance(value, (dict, list)) and container_framework(value) == "numpy")):
             if isinstance(value, np.ndarray):
                 _check_bare_array(value, reader)
             # Arrays that fit are filled where they are (no intermediate copy), after every array

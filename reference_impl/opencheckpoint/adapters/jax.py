@@ -43,7 +43,10 @@ restores into an abstract module built with ``nnx.eval_shape``.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -54,8 +57,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..casting import Caster, CastPolicy, CastRefused
 from ..dtypes import dtype_name
 from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..restore_hints import suggest
+from ..restore_plan import Rename, RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
@@ -232,8 +238,11 @@ class TreeMatcher:
     :meth:`apply`, after the caller decided the problems are acceptable.
     """
 
-    def __init__(self, map_location: Any = None) -> None:
+    def __init__(self, map_location: Any = None, caster: Caster | None = None, component: str = "") -> None:
         self.map_location = map_location
+        self.caster = caster or Caster()  # cast= of the load: dtype conversions allowed and recorded
+        self.component = component
+        self.dtype_only: list[tuple[str, str]] = []  # (stored, target) dtypes of same-shape mismatches (hints)
         self.missing: list[str] = []
         self.unexpected: list[str] = []
         self.wrong: list[str] = []
@@ -278,11 +287,12 @@ class TreeMatcher:
     def _graph_node(self, node: Any, stored: Any, path: str, leaves: dict[str, Any], used: set[str]) -> Any:
         nnx = _nnx()
         state = nnx.state(node)
-        sub = TreeMatcher(self.map_location)
+        sub = TreeMatcher(self.map_location, self.caster, self.component)
         pure = sub.match(nnx.to_pure_dict(state), stored if stored is not None else {}, path)
         self.missing += sub.missing
         self.wrong += sub.wrong
         self.unfilled += sub.unfilled
+        self.dtype_only += sub.dtype_only
         used.update(p for p in leaves if p == path or p.startswith((path + "[", path + ".")))
         self.unexpected += sub.unexpected
 
@@ -323,8 +333,10 @@ class TreeMatcher:
         if isinstance(target, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
             if not isinstance(stored, (np.ndarray, np.generic)) or isinstance(stored, PRNGKeyValue):
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
-            if stored.shape != target.shape or stored.dtype != target.dtype:
+            if stored.shape != target.shape:
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
+            if stored.dtype != target.dtype:
+                stored = self._cast(stored, target, path)
             if isinstance(target, np.generic):
                 return stored if isinstance(stored, np.generic) else stored[()]
             if isinstance(target, np.ndarray):
@@ -337,6 +349,20 @@ class TreeMatcher:
         if type(stored) is not type(target):
             raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
         return stored
+
+    def _cast(self, stored: Any, target: Any, path: str) -> Any:
+        """``stored`` converted to the target's dtype under the load's ``cast=`` policy (recorded), or a mismatch."""
+        refusal = ""
+        if self.caster.enabled:
+            try:
+                return self.caster.cast(stored, np.dtype(target.dtype), _dotted(path), self.component)
+            except CastRefused as exc:
+                refusal = f": {exc}"
+            except CheckpointError as exc:  # a dtype outside the format's table
+                refusal = f": {exc.message}"
+        with contextlib.suppress(CheckpointError):  # a dtype outside the table: no cast= hint for it
+            self.dtype_only.append((dtype_name(np.dtype(stored.dtype)), dtype_name(np.dtype(target.dtype))))
+        raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}{refusal}")
 
     def _where(self, target: Any) -> Any:
         if self.map_location is not None:
@@ -353,16 +379,55 @@ class TreeMatcher:
 def _settle(matcher: TreeMatcher, strict: str, what: str) -> None:
     """Raise or warn about problems according to ``strict`` (before anything is touched)."""
     problems = matcher.problems
+    hint = suggest([_dotted(p) for p in matcher.missing], [_dotted(p) for p in matcher.unexpected],
+                   matcher.dtype_only)
     if matcher.unfilled:
         raise IncompatibleComponent(f"{what}: abstract target leaves left without a value: "
-                                    f"{', '.join(matcher.unfilled)}; " + "; ".join(problems))
+                                    f"{', '.join(matcher.unfilled)}; " + "; ".join(problems) + hint)
     if not problems:
         return
-    message = f"{what}: " + "; ".join(problems)
+    message = f"{what}: " + "; ".join(problems) + hint
     if strict == "error":
         raise IncompatibleComponent(message)
     if strict == "warn":
         warnings.warn(f"loaded the matching part only; {message}", stacklevel=4)
+
+
+_PATH_STEP = re.compile(r"\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\]]*)\]|\.([^.\[]+)")
+
+
+def _dotted(path: str) -> str:
+    """A matcher path (``['encoder'][0].mu``) as the dotted key path ``rename=`` sees (``encoder.0.mu``)."""
+    parts = []
+    for match in _PATH_STEP.finditer(path):
+        item, name = match.groups()
+        if name is not None:
+            parts.append(name)
+        elif item[:1] in ("'", '"'):
+            parts.append(str(ast.literal_eval(item)))
+        else:
+            parts.append(item)
+    return ".".join(parts)
+
+
+def _holds_optimizer_state(value: Any, depth: int = 4) -> bool:
+    """An optax state or NNX optimizer (somewhere near the top): its parameter trees lie below its own fields,
+    so ``rename=`` prefixes also match there (``opt_state.0.mu.<params>``)."""
+    nnx = _nnx()
+    if nnx is not None and isinstance(value, getattr(nnx, "Optimizer", ())):
+        return True
+    if type(value).__module__.split(".", 1)[0] == "optax":
+        return True
+    if depth and isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return any(_holds_optimizer_state(item, depth - 1) for item in items)
+    return False
+
+
+def _matcher(reader: ComponentReader, value: Any) -> tuple[TreeMatcher, Any]:
+    """A matcher with the load's ``cast=`` policy, and the stored tree with its ``rename=``/``subtree=`` applied."""
+    stored = reader.tree("numpy", embedded=_holds_optimizer_state(value))
+    return TreeMatcher(reader.map_location, reader.plan.caster, reader.name), stored
 
 
 # -- adapters ------------------------------------------------------------------------------
@@ -415,8 +480,8 @@ class PytreeAdapter(Adapter):
         writer.write_tree(storable(value))
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        matcher = TreeMatcher(reader.map_location)
-        restored = matcher.match(value, reader.tree("numpy"))
+        matcher, stored = _matcher(reader, value)
+        restored = matcher.match(value, stored)
         _settle(matcher, strict, reader.name)
 
         def apply() -> Any:
@@ -443,8 +508,8 @@ class NnxAdapter(Adapter):
         writer.write_tree(nnx.to_pure_dict(nnx.state(value)))
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        matcher = TreeMatcher(reader.map_location)
-        matcher.match(value, reader.tree("numpy"))
+        matcher, stored = _matcher(reader, value)
+        matcher.match(value, stored)
         try:
             _settle(matcher, strict, reader.name)
         except IncompatibleComponent as exc:
@@ -474,8 +539,8 @@ class NnxStateAdapter(Adapter):
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         nnx = _nnx()
-        matcher = TreeMatcher(reader.map_location)
-        pure = matcher.match(nnx.to_pure_dict(value), reader.tree("numpy"))
+        matcher, stored = _matcher(reader, value)
+        pure = matcher.match(nnx.to_pure_dict(value), stored)
         _settle(matcher, strict, reader.name)
         return PreparedRestore(partial(nnx.replace_by_pure_dict, value, pure))
 
@@ -519,8 +584,14 @@ def restore_nnx(
     strict: str = "error",
     map_location: Any = None,
     verify: bool = True,
+    rename: Rename | None = None,
+    cast: CastPolicy = None,
+    subtree: str | None = None,
 ) -> Any:
     """Build a concrete NNX object from a checkpoint and an abstract (or concrete) target.
+
+    ``rename``, ``cast`` and ``subtree`` are those of :meth:`Checkpoint.load
+    <opencheckpoint.Checkpoint.load>` (restoring into a changed model).
 
     ``target`` is a module from ``nnx.eval_shape`` (or any module), or a
     ``(graphdef, state)`` pair from ``nnx.split``. Every leaf must be in the
@@ -540,11 +611,12 @@ def restore_nnx(
     from ..reader import CheckpointReader
 
     graphdef, state = target if isinstance(target, tuple) else nnx.split(target)
-    matcher = TreeMatcher(map_location)
+    plan = RestorePlan(rename, subtree, cast)
+    matcher = TreeMatcher(map_location, plan.caster, name)
     with CheckpointReader(path) as reader:
         stored = reader.read(name, framework="numpy", verify=verify)
-    pure = matcher.match(nnx.to_pure_dict(state), stored)
     try:
+        pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
         _settle(matcher, strict, name)
     except CheckpointError as exc:
         raise exc.at(file=str(path), field=f"components.{name}") from None

@@ -29,6 +29,7 @@ DtypeValue(name='float8_e4m3fn')
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -37,8 +38,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..casting import CastRefused
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
+from ..restore_hints import suggest
+from ..restore_plan import RestorePlan
 from ..tree.decode import empty_array
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
@@ -283,6 +287,10 @@ class TorchStateDictAdapter(Adapter):
         write_state(writer, value.state_dict())
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        if isinstance(value, torch.optim.Optimizer) and reader.plan.selects:
+            # An optimizer keys its state by parameter order, not by name: it follows renamed parameters as it
+            # is, and a rename/subtree meant for the module's key paths must not touch its "state.0.exp_avg".
+            reader = dataclasses.replace(reader, plan=RestorePlan(cast=reader.plan.cast))
         state = read_state(reader, "torch")
         checked = False
         if isinstance(value, torch.optim.Optimizer):
@@ -368,24 +376,35 @@ class ModuleAdapter(Adapter):
         stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
+        stored = reader.plan.apply_flat(stored, reader.name)  # rename= / subtree= (a copy; as stored without them)
         own = value.state_dict()
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own]
         mismatched = []
+        dtype_only: list[tuple[str, str]] = []
         for key in own:
             if key in stored and isinstance(own[key], torch.Tensor):
                 theirs = stored[key]
                 if not isinstance(theirs, torch.Tensor):
                     mismatched.append(f"{key} (stored {type(theirs).__name__}, module has a tensor)")
-                elif theirs.shape != own[key].shape or theirs.dtype != own[key].dtype:
+                elif theirs.shape != own[key].shape:
                     mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])})")
+                elif theirs.dtype != own[key].dtype:
+                    converted = _cast(reader, key, theirs, own[key])
+                    if isinstance(converted, torch.Tensor):
+                        stored[key] = converted
+                        continue
+                    dtype_only.append((TORCH_DTYPE_NAMES.get(theirs.dtype, str(theirs.dtype)),
+                                       TORCH_DTYPE_NAMES.get(own[key].dtype, str(own[key].dtype))))
+                    mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])}"
+                                      f"{converted})")
         problems = []
         for label, names in (("missing", missing), ("unexpected", unexpected), ("mismatched", mismatched)):
             if names:
                 problems.append(f"{label}: {', '.join(names)}")
         if problems and strict == "error":
             raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
-                                        + "; ".join(problems))
+                                        + "; ".join(problems) + suggest(missing, unexpected, dtype_only))
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
         matching._metadata = _stored_version_metadata(reader, own)  # type: ignore[attr-defined]  # torch's convention
@@ -441,9 +460,41 @@ def _stored_version_metadata(reader: ComponentReader, live: Any) -> Any:
     stored = metadata.get(VERSION_METADATA_KEY, {}) if isinstance(metadata, dict) else {}
     if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
         raise IncompatibleComponent(f"component metadata {VERSION_METADATA_KEY!r} is not a map of module versions")
+    if reader.plan.selects:  # a submodule's version follows its entries through rename= / subtree=
+        stored = _renamed_prefixes(stored, reader.plan.renamer())
     prefixes = list(getattr(live, "_metadata", {}) or {})
     prefixes += [prefix for prefix in stored if prefix not in prefixes]
     return OrderedDict((prefix, dict(stored.get(prefix, _DEFAULT_VERSION))) for prefix in prefixes)
+
+
+def _cast(reader: ComponentReader, key: str, stored: torch.Tensor, live: torch.Tensor) -> torch.Tensor | str:
+    """``stored`` converted to ``live``'s dtype under the load's ``cast=`` policy (recorded in its report), or
+    ``""`` / ``": <why not>"`` when it is not converted (the caller reports the mismatch)."""
+    caster = reader.plan.caster
+    if not caster.enabled:
+        return ""
+    target = TORCH_DTYPE_NAMES.get(live.dtype)
+    if target is None:
+        return ": this torch dtype has no OpenCheckpoint name"
+    try:
+        converted = caster.cast(tensor_to_numpy(stored), numpy_dtype(target), key, reader.name)
+    except CastRefused as exc:
+        return f": {exc}"
+    return numpy_to_tensor(converted)
+
+
+def _renamed_prefixes(versions: dict[str, Any], renamer: Callable[[str], str | None]) -> dict[str, Any]:
+    """Module-version entries keyed by the renamed submodule prefixes (a prefix renamed as its entries are)."""
+    out: dict[str, Any] = {}
+    for prefix, entry in versions.items():
+        probe = renamer(f"{prefix}.{_PROBE}" if prefix else _PROBE)
+        if probe is not None and probe.endswith(_PROBE):
+            out[probe[: -len(_PROBE)].rstrip(".")] = entry
+    return out
+
+
+#: A key-path segment no state dict uses: renaming ``<prefix>.<_PROBE>`` tells where ``<prefix>`` goes.
+_PROBE = "\x00version"
 
 
 def _describe(tensor: torch.Tensor) -> str:
