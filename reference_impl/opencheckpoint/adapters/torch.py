@@ -29,8 +29,9 @@ DtypeValue(name='float8_e4m3fn')
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -280,7 +281,8 @@ class ModuleAdapter(Adapter):
     :class:`IncompatibleComponent` listing missing, unexpected and mismatched
     names; ``"warn"`` loads the matching entries and warns; ``"ignore"`` loads
     them silently. Matching entries are copied by ``load_state_dict`` straight
-    from verified, memory-mapped views (no intermediate copy).
+    from verified, memory-mapped views (no intermediate copy), on one intra-op
+    thread whatever ``torch.get_num_threads()`` says (see :func:`_one_intra_op_thread`).
     """
 
     kind = "tree"
@@ -314,7 +316,7 @@ class ModuleAdapter(Adapter):
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = {k: v for k, v in stored.items() if k in own and k not in bad}
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _one_intra_op_thread():
                 value.load_state_dict(matching, strict=not problems)
         except (KeyError, ValueError, TypeError, RuntimeError) as exc:
             raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
@@ -322,6 +324,27 @@ class ModuleAdapter(Adapter):
             warnings.warn(f"component {reader.name!r}: loaded {len(matching)} of {len(own)} entries; "
                           + "; ".join(problems), stacklevel=4)
         return None
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread() -> Iterator[None]:
+    """Run the copies into the parameters on one intra-op thread, then restore torch's setting.
+
+    ``Tensor.copy_`` splits a big copy over torch's intra-op threads; when other processes keep the
+    CPUs busy (env workers, data loaders: the usual RL setting), those threads wait for each other
+    and the copy collapses (measured, 2 cores: 2.2 GiB/s with one busy neighbour, ~0.5 GiB/s with
+    several, against 3.9 GiB/s single-threaded). A copy is bound by memory bandwidth, which one
+    thread nearly saturates, so one thread is never much slower on a quiet machine either.
+    """
+    previous = torch.get_num_threads()
+    if previous == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _describe(tensor: torch.Tensor) -> str:
