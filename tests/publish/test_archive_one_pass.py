@@ -54,7 +54,9 @@ class _Dump:
 
 def _state() -> dict[str, Any]:
     rng = np.random.default_rng(7)
+    # "big" makes data.bin larger than 1 MiB: its ZIP CRC-32 runs in the writer's helper thread
     return {"w": rng.standard_normal((300, 70)).astype(np.float32), "b": np.arange(5, dtype=np.int64),
+            "big": rng.standard_normal(600_000).astype(np.float32),
             "nested": {"x": np.ones((3, 3)), "step": 4, "name": "run"}}
 
 

@@ -136,6 +136,8 @@ class StagedCheckpoint:
     def __exit__(self, *exc: object) -> None:
         # After a directory-form publish the staging name is gone (or holds nothing);
         # after a failure it holds the partial checkpoint; remove either way.
+        if self.archive is not None:
+            self.archive.shutdown()
         if self._stream is not None:
             self._stream.close()
         for leftover in (self.directory, self._archive):
