@@ -29,7 +29,7 @@ bytes are exactly those the earlier copy-through-``zipfile`` writer produced
 ...     _ = member.write(b"abc")
 >>> writer.fill(slot, b"tree")
 >>> writer.add_bytes("manifest.json", b"{}")
-128
+192
 >>> writer.close()
 >>> import zipfile
 >>> [(i.filename, i.file_size) for i in zipfile.ZipFile(stream).infolist()]
