@@ -82,7 +82,7 @@ conformance-regenerate: $(STAMP)
 	$(PY) conformance/generate.py
 
 bench: $(STAMP)
-	$(PY) benchmarks/run.py --size-gib 1
+	$(PY) benchmarks/run.py --size-gib 1 --plot docs/img/benchmarks.png
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 0.25 --quick

@@ -37,17 +37,21 @@ def run(ctx: Context) -> Path:
     model = ArrayModule(arrays)
     target = ctx.tmp / "ours"
 
-    for durable, name in ((False, "save"), (True, "save durable")):
+    archive = ctx.tmp / "ours.ocp"
+    for durable, form, name in ((False, "directory", "save"), (False, "archive", "save archive"),
+                                (True, "directory", "save durable"), (True, "archive", "save archive durable")):
         ctx.step(f"OpenCheckpoint {name}")
-        checkpoint = opencheckpoint.Checkpoint(model=model, durable=durable)
+        checkpoint = opencheckpoint.Checkpoint(model=model, durable=durable, format=form)  # type: ignore[arg-type]
+        path = archive if form == "archive" else target
 
-        def before() -> None:
-            remove(target)
+        def before(path: Path = path) -> None:
+            remove(path)
             settle_writes()
 
         # partial binds this iteration's checkpoint now, not whatever the loop variable holds when called
-        ctx.record("opencheckpoint", name, measure(partial(checkpoint.save, target), repeat=ctx.repeat,
+        ctx.record("opencheckpoint", name, measure(partial(checkpoint.save, path), repeat=ctx.repeat,
                                                    setup=before), total)
+    remove(archive)
 
     ctx.step("OpenCheckpoint read_component (fresh memory, verified)")
     loaded = opencheckpoint.read_component(target, COMPONENT)

@@ -94,13 +94,13 @@ def markdown(document: dict[str, Any]) -> str:
              f"{meta['size_bytes'] / (1 << 30):g} GiB; best of {meta['repeat']} samples; torch threads "
              f"{meta.get('torch_threads', 'default')}; load average before/after "
              f"{_load(meta.get('load_average'))} / {_load(meta.get('load_average_after'))}.", "",
-             "| group | operation | ms | GiB/s | × memcpy | × raw write |", "|---|---|---:|---:|---:|---:|"]
+             "| group | operation | ms | GiB/s | × memcpy | × raw write | note |", "|---|---|---:|---:|---:|---:|---|"]
     for r in results:
         speed = r["gib_s"]
         ratio_m = "" if speed is None or memcpy is None else f"{memcpy['seconds'] / r['seconds']:.2f}"
         ratio_w = "" if speed is None or raw is None else f"{raw['seconds'] / r['seconds']:.2f}"
         lines.append(f"| {r['group']} | {r['name']} | {r['seconds'] * 1e3:.1f} | "
-                     f"{'' if speed is None else f'{speed:.2f}'} | {ratio_m} | {ratio_w} |")
+                     f"{'' if speed is None else f'{speed:.2f}'} | {ratio_m} | {ratio_w} | {r.get('note', '')} |")
     for skip in document["skipped"]:
         lines.append(f"\nSkipped: {skip['group']} / {skip['name']}: {skip['reason']}")
     if document["peak_memory"]:

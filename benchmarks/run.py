@@ -32,16 +32,21 @@ from rich.console import Console  # noqa: E402  (after the path set-up above)
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 import baselines  # noqa: E402
+import contention  # noqa: E402
 import ours  # noqa: E402
 import peers  # noqa: E402
+import realistic  # noqa: E402
 import tiny  # noqa: E402
 from common import GIB, Context, filesystem_of, remove  # noqa: E402
 from peak_memory import measure_peak  # noqa: E402
+from plot import draw  # noqa: E402
 from report import show, write_json  # noqa: E402
 from state import make_arrays  # noqa: E402
 from targets import evaluate  # noqa: E402
 
-SECTIONS = ("baselines", "ours", "peers", "tiny", "memory")
+SECTIONS = ("baselines", "ours", "peers", "tiny", "memory", "contention", "realistic")
+#: --quick leaves out the realistic workloads (minutes on 2 cores); --only realistic runs them anyway.
+QUICK_SECTIONS = tuple(s for s in SECTIONS if s != "realistic")
 
 
 def _shown(executable: Path) -> str:
@@ -60,7 +65,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="fewer repeats; skip orbax and the slow tiny-array peers")
     parser.add_argument("--repeat", type=int, default=None, help="samples per operation (default 3, quick 2)")
     parser.add_argument("--tiny-count", type=int, default=20_000, help="arrays in the tiny-array case")
-    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=None,
+                        help="sections to run (default all; --quick: all but realistic)")
+    parser.add_argument("--neighbours", type=int, nargs="*", default=None,
+                        help="busy neighbour processes in the contention section (default 1 and one per core; "
+                             "quick: 1)")
+    parser.add_argument("--realistic-scale", type=float, default=1.0,
+                        help="layer-count factor of the realistic models (default 1: GPT-2 small, 124M params)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="throughput plot (PNG; default beside the JSON result; make bench: docs/img/)")
     parser.add_argument("--tmpdir", type=Path, default=REPO / "bench-results" / "tmp",
                         help="scratch directory (same filesystem as the repository; not tmpfs)")
     parser.add_argument("--torch-threads", type=int, default=1,
@@ -71,6 +84,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only is None:
+        args.only = list(QUICK_SECTIONS if args.quick else SECTIONS)
+    if args.neighbours is None:
+        args.neighbours = [1] if args.quick else sorted({1, os.cpu_count() or 1})
     # Wide tables when the output goes to a file (the docs quote it), the terminal's width otherwise.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     size = int(args.size_gib * GIB)
@@ -126,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             if "tiny" in args.only:
                 with ctx.guard("tiny arrays", "section"):
                     tiny.run(ctx, args.tiny_count)
+            if "contention" in args.only:
+                for neighbours in args.neighbours:
+                    with ctx.guard(f"busy neighbour x{neighbours}", "section"):
+                        contention.run(ctx, neighbours)
+            if "realistic" in args.only:
+                with ctx.guard(realistic.TORCH_GROUP, "section"):
+                    realistic.run_torch(ctx, layers=max(1, round(12 * args.realistic_scale)))
+                gc.collect()
+                with ctx.guard(realistic.JAX_GROUP, "section"):
+                    realistic.run_jax(ctx, layers=max(1, round(8 * args.realistic_scale)))
+                gc.collect()
             if "memory" in args.only:
                 path = args.tmpdir / "peak"
                 remove(path)
@@ -143,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         f"bench-{started.strftime('%Y%m%dT%H%M%SZ')}-{args.size_gib:g}gib{'-quick' if args.quick else ''}.json")
     write_json(output, meta, ctx.results, ctx.skipped, peaks, rows)
     console.print(f"results: {output}")
+    plotted = draw(ctx.results, args.plot or output.with_suffix(".png"),
+                   f"{meta['command']} — {meta['date']} — {meta['machine']}")
+    if plotted is not None:
+        console.print(f"plot: {plotted}")
     return 0
 
 

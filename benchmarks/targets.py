@@ -1,7 +1,7 @@
 """The performance targets of DESIGN.md, as ratios of results measured in the same run.
 
 >>> from common import Result
->>> results = [Result("b", "raw write", [1.0], 1 << 30), Result("o", "save", [1.0], 1 << 30)]
+>>> results = [Result("baseline", "raw write", [1.0], 1 << 30), Result("opencheckpoint", "save", [1.0], 1 << 30)]
 >>> [(row.target, row.status) for row in evaluate(results, {})][:1]
 [('save >= 0.9 x raw write', 'PASS')]
 """
@@ -39,8 +39,12 @@ class Row:
                 "higher_is_better": self.higher_is_better, "status": self.status, "detail": self.detail}
 
 
+#: Groups of the main state (the busy-neighbour and realistic sections reuse names: their rows are their own).
+MAIN_GROUPS = ("baseline", "opencheckpoint", "prototype", "open/inspect", "peer", "tiny arrays")
+
+
 def _by_name(results: Sequence[Result]) -> dict[str, Result]:
-    return {r.name if r.group != "tiny arrays" else f"tiny {r.name}": r for r in results}
+    return {r.name if r.group != "tiny arrays" else f"tiny {r.name}": r for r in results if r.group in MAIN_GROUPS}
 
 
 def _speed_ratio(found: dict[str, Result], ours: str, theirs: str) -> tuple[float | None, str]:
@@ -60,6 +64,8 @@ def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> lis
         rows.append(Row(target, measured, bound, detail=detail))
 
     speed("save >= 0.9 x raw write", "save", "raw write", 0.9)
+    speed("archive save >= 0.9 x directory save", "save archive", "save", 0.9)
+    speed("durable archive save >= 0.9 x durable directory save", "save archive durable", "save durable", 0.9)
     speed("save >= 2 x torch.save", "save", "torch.save", 2.0)
     speed("save >= 2 x safetensors save", "save", "safetensors save", 2.0)
     speed("durable save >= 0.9 x raw write+fsync", "save durable", "raw write+fsync", 0.9)
@@ -77,7 +83,16 @@ def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> lis
                             full.seconds / small.seconds, 1.5, higher_is_better=False,
                             detail=f"{full.seconds * 1e3:.2f} ms vs {small.seconds * 1e3:.2f} ms"))
     speed("tiny arrays save >= 3 x safetensors", "tiny OpenCheckpoint save", "tiny safetensors save", 3.0)
-    speed("tiny arrays load >= 3 x safetensors", "tiny OpenCheckpoint load", "tiny safetensors load", 3.0)
+    speed("tiny arrays load >= 2 x safetensors", "tiny OpenCheckpoint load", "tiny safetensors load", 2.0)
+    for busy in sorted({r.group for r in results if r.group.startswith("busy neighbour")}):
+        here = {r.name: r for r in results if r.group == busy}
+        copy_threads = next((name for name in here if name.startswith("copy_ (torch threads")), None)
+        for ours, theirs, bound in (("restore torch unverified", "single-threaded copy from the file map", 0.9),
+                                    ("restore torch unverified", copy_threads, 1.0)):
+            a, b = here.get(ours), here.get(theirs or "")
+            if a is not None and b is not None:
+                rows.append(Row(f"{busy}: {ours} >= {bound:g} x {theirs}", b.seconds / a.seconds, bound,
+                                detail=f"{a.seconds * 1e3:.1f} ms vs {b.seconds * 1e3:.1f} ms"))
     for operation, report in peaks.items():
         overhead = report["overhead"] / MIB
         rows.append(Row(f"peak memory of {operation} <= state + {PEAK_ALLOWANCE_MIB} MiB (overhead MiB)",

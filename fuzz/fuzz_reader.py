@@ -54,7 +54,7 @@ from typing import Any
 
 import msgpack
 
-from opencheckpoint.container.archive import ArchiveWriter
+from opencheckpoint.container.archive_writer import ArchiveWriter
 from opencheckpoint.errors import CheckpointError
 from opencheckpoint.integrity import crc32c_of, format_crc32c, new_sha256
 from opencheckpoint.manifest import serialize_manifest

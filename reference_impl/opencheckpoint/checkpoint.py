@@ -234,7 +234,10 @@ class Checkpoint:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
         try:
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
-                records = {name: self._save_component(name, staged.directory) for name in names}
+                records: dict[str, dict[str, Any]] = {}
+                for name in names:
+                    records[name] = self._save_component(name, staged)
+                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
                 staged.commit({
                     "format": FORMAT_NAME,
                     "format_version": FORMAT_VERSION,
@@ -253,10 +256,11 @@ class Checkpoint:
             raise raced from exc
         return target
 
-    def _save_component(self, name: str, staging: Path) -> dict[str, Any]:
+    def _save_component(self, name: str, staged: StagedCheckpoint) -> dict[str, Any]:
         value, _ = self._components[name]
         adapter = self._adapter(name)
-        writer = ComponentWriter(staging / "components" / name, durable=self.durable, sha256=self.sha256)
+        writer = ComponentWriter(staged.directory / "components" / name, durable=self.durable, sha256=self.sha256,
+                                 archive=staged.archive, member_prefix=f"components/{name}")
         fault_point(f"write-component:{name}")
         try:
             adapter.save(value, writer)

@@ -273,3 +273,23 @@ def test_generator_inside_a_tree_is_its_state(tmp_path: Path) -> None:
     generator = torch.Generator().manual_seed(3)
     path = Checkpoint(tree={"g": generator}).save(tmp_path / "c")
     assert np.array_equal(read_component(path, "tree")["g"], generator.get_state().numpy())
+
+
+def test_module_restore_copies_on_one_intra_op_thread_and_restores_the_setting(tmp_path: Path) -> None:
+    """Restoring into an nn.Module copies on one intra-op thread (torch's parallel copy_ collapses when
+    other processes keep the CPUs busy), whatever torch.get_num_threads() says, and puts it back."""
+    source = torch.nn.Linear(64, 32)
+    path = Checkpoint(model=source).save(tmp_path / "c")
+    target = torch.nn.Linear(64, 32)
+    seen: list[int] = []
+    target.register_load_state_dict_post_hook(lambda module, keys: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        Checkpoint(model=target).load(path)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
+    assert after == 3
+    assert torch.equal(target.weight, source.weight)

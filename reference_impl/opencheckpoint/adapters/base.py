@@ -47,11 +47,12 @@ from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 from ..restore_plan import RestorePlan
 from ..strict_json import dump_json
-from ..tree.encode import write_small_file, write_tree
+from ..tree.encode import small_file_entry, write_small_file, write_tree
 from .conform import conform
 from .frameworks import convert_leaf
 
 if TYPE_CHECKING:
+    from ..container.archive_writer import ArchiveWriter
     from ..reader import CheckpointReader
 
 
@@ -65,15 +66,24 @@ class ComponentWriter:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     hints: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Any] | None = None
+    #: Archive form: files written through :meth:`write_tree`/:meth:`write_json` go straight into the
+    #: archive as ``<member_prefix>/<file>``; only files an adapter writes itself use :attr:`directory`.
+    archive: ArchiveWriter | None = None
+    member_prefix: str = ""
 
     def write_tree(self, value: Any) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.archive is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.files.update(write_tree(value, self.directory, converter=convert_leaf, durable=self.durable,
-                                     sha256=self.sha256))
+                                     sha256=self.sha256, archive=self.archive, member_prefix=self.member_prefix))
 
     def write_json(self, value: Any) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         data = (dump_json(value) + "\n").encode("utf-8")
+        if self.archive is not None:
+            self.archive.add_bytes(f"{self.member_prefix}/value.json", data)
+            self.files["value.json"] = small_file_entry(data, sha256=self.sha256)
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.files["value.json"] = write_small_file(self.directory / "value.json", data, durable=self.durable,
                                                     sha256=self.sha256)
 

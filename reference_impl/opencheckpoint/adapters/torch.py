@@ -29,10 +29,11 @@ DtypeValue(name='float8_e4m3fn')
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -357,7 +358,8 @@ class ModuleAdapter(Adapter):
     :class:`IncompatibleComponent` listing missing, unexpected and mismatched
     names; ``"warn"`` loads the matching entries and warns; ``"ignore"`` loads
     them silently. Matching entries are copied by ``load_state_dict`` straight
-    from verified, memory-mapped views (no intermediate copy).
+    from verified, memory-mapped views (no intermediate copy), on one intra-op
+    thread whatever ``torch.get_num_threads()`` says (see :func:`_one_intra_op_thread`).
     """
 
     kind = "tree"
@@ -412,7 +414,7 @@ class ModuleAdapter(Adapter):
 
         def apply() -> None:
             try:
-                with torch.no_grad():
+                with torch.no_grad(), _one_intra_op_thread():
                     value.load_state_dict(matching, strict=not problems)
             except (KeyError, ValueError, TypeError, RuntimeError) as exc:
                 raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
@@ -495,6 +497,27 @@ def _renamed_prefixes(versions: dict[str, Any], renamer: Callable[[str], str | N
 
 #: A key-path segment no state dict uses: renaming ``<prefix>.<_PROBE>`` tells where ``<prefix>`` goes.
 _PROBE = "\x00version"
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread() -> Iterator[None]:
+    """Run the copies into the parameters on one intra-op thread, then restore torch's setting.
+
+    ``Tensor.copy_`` splits a big copy over torch's intra-op threads; when other processes keep the
+    CPUs busy (env workers, data loaders: the usual RL setting), those threads wait for each other
+    and the copy collapses (measured, 2 cores: 2.2 GiB/s with one busy neighbour, ~0.5 GiB/s with
+    several, against 3.9 GiB/s single-threaded). A copy is bound by memory bandwidth, which one
+    thread nearly saturates, so one thread is never much slower on a quiet machine either.
+    """
+    previous = torch.get_num_threads()
+    if previous == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _describe(tensor: torch.Tensor) -> str:

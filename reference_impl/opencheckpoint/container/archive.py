@@ -1,8 +1,6 @@
 """The archive form: a ZIP file with STORED members whose data is 64-byte aligned (spec §3.3).
 
-Writing uses the standard library's :mod:`zipfile`; alignment comes from a
-padding extra field (header id 0xD935, the one Android's zipalign uses)
-sized so that each member's data starts at a multiple of 64.
+Writing is :mod:`.archive_writer` (one pass, members streamed in place).
 
 Reading parses every ZIP structure itself instead of using :mod:`zipfile`,
 which tolerates what the spec forbids (prefix bytes, comments, duplicate
@@ -17,9 +15,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zipfile
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
 from ..errors import ArchiveError, CheckpointError, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
 from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
@@ -27,47 +24,8 @@ from ..manifest import MANIFEST_NAME
 from ..paths import path_grammar_error, path_limit_error
 from .base import FileRegion, Source, size_mismatch
 
-PADDING_HEADER_ID: Final = 0xD935
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_SIGNATURE: Final = b"PK\x03\x04"
-#: zipfile's own rule for when a member needs ZIP64 records.
-_ZIP64_LIMIT: Final = (1 << 31) - 1
-_FIXED_TIME: Final = (1980, 1, 1, 0, 0, 0)
-
-
-class ArchiveWriter:
-    """Write members one after another, each one's data aligned to 64 bytes."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
-        self._zip = zipfile.ZipFile(stream, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
-
-    def add(self, name: str, source: BinaryIO, size: int) -> int:
-        """Copy ``size`` bytes from ``source`` as member ``name``; return the data offset."""
-        info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-        info.compress_type = zipfile.ZIP_STORED
-        info.file_size = size
-        info.external_attr = 0o644 << 16
-        zip64 = size * 1.05 > _ZIP64_LIMIT
-        header = self._stream.tell()
-        base = header + 30 + len(name.encode("utf-8")) + (20 if zip64 else 0)
-        pad = -base % ALIGNMENT
-        if pad and pad < 4:
-            pad += ALIGNMENT
-        info.extra = struct.pack("<HH", PADDING_HEADER_ID, pad - 4) + bytes(pad - 4) if pad else b""
-        with self._zip.open(info, "w", force_zip64=zip64) as member:
-            remaining = size
-            while remaining:
-                chunk = source.read(min(remaining, 16 << 20))
-                if not chunk:
-                    raise OSError(f"{name}: source ended {remaining} bytes early")
-                member.write(chunk)
-                remaining -= len(chunk)
-        return base + pad
-
-    def close(self) -> None:
-        self._zip.close()
-
 
 
 _EOCD = struct.Struct("<4sHHHHIIH")  # 22 bytes

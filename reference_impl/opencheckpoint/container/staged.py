@@ -2,9 +2,17 @@
 
 :class:`StagedCheckpoint` hands out a fresh hidden staging directory; the
 writer fills it with component files; :meth:`StagedCheckpoint.commit` writes
-``manifest.json`` last, makes everything durable, packs the archive form if
-asked, and publishes atomically. Whatever is left over on failure is removed
-on exit (and by the next save, should the process die).
+``manifest.json`` last, makes everything durable, and publishes atomically.
+Whatever is left over on failure is removed on exit (and by the next save,
+should the process die).
+
+The archive form is written in one pass into a hidden staging *file*
+(spec R-PUB-9): writers that can stream a file (trees, JSON) write it straight
+into :attr:`StagedCheckpoint.archive` as a member; files an adapter writes by
+itself go to the staging directory, created only then, and are copied into the
+archive by :meth:`StagedCheckpoint.pack` in manifest order. Before, the whole
+checkpoint was staged as a directory and then copied into the archive: two full
+writes, twice the disk space, 6x slower than the directory form.
 
 Before anything on disk changes, the target must be nothing or a checkpoint
 (:func:`~.target.check_replaceable`, spec R-PUB-16); :func:`~.publish.publish`
@@ -27,10 +35,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..manifest import MANIFEST_NAME, serialize_manifest
-from .archive import ArchiveWriter
+from .archive_writer import ArchiveWriter
 from .debris import release
 from .publish import (
     clean_stale,
@@ -56,6 +64,9 @@ class StagedCheckpoint:
         self.overwrite = overwrite
         self.directory = staging_path(target)
         self._archive: Path | None = None
+        self._stream: BinaryIO | None = None
+        #: Archive form: members are written here as they are produced (see :meth:`pack`).
+        self.archive: ArchiveWriter | None = None
 
     def __enter__(self) -> StagedCheckpoint:
         try:
@@ -66,53 +77,68 @@ class StagedCheckpoint:
         self.target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(self.target)
         fault_point("mkdir-staging")
-        self.directory.mkdir()
+        if self.form == "directory":
+            self.directory.mkdir()
+        else:
+            self._archive = staging_path(self.target)
+            fault_point("write-archive")
+            self._stream = open(self._archive, "x+b", buffering=0)  # closed by commit() or __exit__
+            self.archive = ArchiveWriter(self._stream)
         return self
+
+    def pack(self, records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Copy the files of ``records`` not yet in the archive from the staging directory (manifest order).
+
+        Call it after each component to keep the archive in manifest order when streamed components and
+        adapter-written files are mixed; :meth:`commit` calls it for whatever is left.
+        """
+        writer = self.archive
+        if writer is None:
+            return
+        for record in records.values():
+            for rel, entry in record["files"].items():
+                member = f"{record['path']}/{rel}"
+                if member in writer:
+                    continue
+                with open(self.directory / member, "rb", buffering=0) as source:
+                    writer.add(member, source, entry["size"])
 
     def commit(self, body: Mapping[str, Any]) -> None:
         """Write the manifest (``body`` without its checksum) last, then publish."""
-        fault_point("write-manifest")
-        with open(self.directory / MANIFEST_NAME, "wb") as handle:
-            handle.write(serialize_manifest(body))
-            if self.durable:
-                fault_point("fsync-manifest")
-                handle.flush()
-                os.fsync(handle.fileno())
-        if self.durable:
-            fsync_tree_directories(self.directory)
         if self.form == "directory":
-            publish(self.directory, self.target, durable=self.durable, overwrite=self.overwrite)
-        else:
-            self._archive = staging_path(self.target)
-            self._pack(body["components"])
-            publish(self._archive, self.target, durable=self.durable, overwrite=self.overwrite)
-            release(self._archive)
-            self._archive = None
-
-    def _pack(self, records: Mapping[str, Mapping[str, Any]]) -> None:
-        """Copy the staged tree into a ZIP: component files in manifest order, manifest last."""
-        assert self._archive is not None
-        fault_point("write-archive")
-        with open(self._archive, "wb") as stream:
-            writer = ArchiveWriter(stream)
-            for record in records.values():
-                for rel, entry in record["files"].items():
-                    member = f"{record['path']}/{rel}"
-                    with open(self.directory / member, "rb") as source:
-                        writer.add(member, source, entry["size"])
-            with open(self.directory / MANIFEST_NAME, "rb") as source:
-                writer.add(MANIFEST_NAME, source, (self.directory / MANIFEST_NAME).stat().st_size)
-            writer.close()
+            fault_point("write-manifest")
+            with open(self.directory / MANIFEST_NAME, "wb") as handle:
+                handle.write(serialize_manifest(body))
+                if self.durable:
+                    fault_point("fsync-manifest")
+                    handle.flush()
+                    os.fsync(handle.fileno())
             if self.durable:
-                fault_point("fsync-archive")
-                stream.flush()
-                os.fsync(stream.fileno())
+                fsync_tree_directories(self.directory)
+            publish(self.directory, self.target, durable=self.durable, overwrite=self.overwrite)
+            return
+        assert self.archive is not None and self._stream is not None and self._archive is not None
+        self.pack(body["components"])
+        fault_point("write-manifest")
+        self.archive.add_bytes(MANIFEST_NAME, serialize_manifest(body))
+        self.archive.close()
+        if self.durable:
+            fault_point("fsync-archive")
+            os.fsync(self._stream.fileno())
+        self._stream.close()
         if self.durable:
             fsync_directory(self._archive.parent)
+        publish(self._archive, self.target, durable=self.durable, overwrite=self.overwrite)
+        release(self._archive)
+        self._archive = None
 
     def __exit__(self, *exc: object) -> None:
         # After a directory-form publish the staging name is gone (or holds nothing);
         # after a failure it holds the partial checkpoint; remove either way.
+        if self.archive is not None:
+            self.archive.shutdown()
+        if self._stream is not None:
+            self._stream.close()
         for leftover in (self.directory, self._archive):
             if leftover is not None:
                 try:

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import crc32c as _crc32c_module
 import msgpack
@@ -34,6 +34,16 @@ from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+
+if TYPE_CHECKING:
+    from ..container.archive_writer import ArchiveWriter
+
+
+class Writable(Protocol):
+    """Where :meth:`TreePlan.stream_data` writes: a raw file or an archive member stream."""
+
+    def write(self, buffer: Any, /) -> int | None: ...
+
 
 #: Returns a replacement value for an object the core does not know, or NOT_HANDLED.
 Converter = Callable[[Any], Any]
@@ -318,11 +328,35 @@ class TreePlan:
     # -- writing ----------------------------------------------------------------
     def write_data(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
         """Stream every extent to ``path``; fill in each array node's crc32c; return the file entry."""
+        with open(path, "wb", buffering=0) as out:
+            entry = self.stream_data(out, sha256=sha256)
+            if durable:
+                os.fsync(out.fileno())
+        return entry
+
+    def size_bound(self) -> int:
+        """The most bytes :meth:`pack` can return once the checksums are filled in.
+
+        A checksum is the only value not known before the data is written, and msgpack stores
+        any 32-bit unsigned int in at most 5 bytes, the width of 0xFFFFFFFF.
+        """
+        nodes = [node for extent in self.extents for node in extent.nodes]
+        saved = [node[5] for node in nodes]
+        for node in nodes:
+            node[5] = 0xFFFFFFFF
+        try:
+            return len(self.pack())
+        finally:
+            for node, value in zip(nodes, saved, strict=True):
+                node[5] = value
+
+    def stream_data(self, out: Writable, *, sha256: bool) -> dict[str, Any]:
+        """Write every extent to ``out`` in order; fill in each array node's crc32c; return the file entry."""
         digest = new_sha256() if sha256 else None
         file_crc = 0
         pending = bytearray()
         position = 0
-        with open(path, "wb", buffering=0) as out, ThreadPoolExecutor(1, "oc-crc32c") as pool:
+        with ThreadPoolExecutor(1, "oc-crc32c") as pool:
 
             def emit(chunk: Any) -> None:
                 view = memoryview(chunk)
@@ -368,8 +402,6 @@ class TreePlan:
             if pending:
                 file_crc = _crc32c(pending, file_crc)
                 emit(pending)
-            if durable:
-                os.fsync(out.fileno())
         return file_entry(position, file_crc, digest)
 
     def pack(self) -> bytes:
@@ -407,6 +439,11 @@ def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) ->
             view = view[written:]
         if durable:
             os.fsync(out.fileno())
+    return small_file_entry(data, sha256=sha256)
+
+
+def small_file_entry(data: bytes, *, sha256: bool) -> dict[str, Any]:
+    """The file entry (size, crc32c, optional sha256) of bytes held in memory."""
     digest = new_sha256() if sha256 else None
     if digest is not None:
         digest.update(data)
@@ -414,13 +451,27 @@ def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) ->
 
 
 def write_tree(
-    value: Any, directory: Path, *, converter: Converter | None = None, durable: bool = True, sha256: bool = False
+    value: Any, directory: Path, *, converter: Converter | None = None, durable: bool = True, sha256: bool = False,
+    archive: ArchiveWriter | None = None, member_prefix: str = "",
 ) -> dict[str, dict[str, Any]]:
-    """Write ``tree.msgpack`` and ``data.bin`` for ``value`` into ``directory``; return their file entries."""
+    """Write ``tree.msgpack`` and ``data.bin`` for ``value``; return their file entries.
+
+    Into ``directory``, or, given ``archive``, as the members ``<member_prefix>/tree.msgpack`` and
+    ``<member_prefix>/data.bin`` streamed straight into the archive (one pass: the array bytes are
+    written once, at their final offset; the tree document, which needs their checksums, fills the
+    room reserved before them).
+    """
     plan = TreePlan(value, converter)
-    data_entry = plan.write_data(directory / "data.bin", durable=durable, sha256=sha256)
-    tree_entry = write_small_file(directory / "tree.msgpack", plan.pack(), durable=durable, sha256=sha256)
-    return {"tree.msgpack": tree_entry, "data.bin": data_entry}
+    if archive is None:
+        data_entry = plan.write_data(directory / "data.bin", durable=durable, sha256=sha256)
+        tree_entry = write_small_file(directory / "tree.msgpack", plan.pack(), durable=durable, sha256=sha256)
+        return {"tree.msgpack": tree_entry, "data.bin": data_entry}
+    slot = archive.reserve(f"{member_prefix}/tree.msgpack", plan.size_bound())
+    with archive.stream(f"{member_prefix}/data.bin", plan.data_size) as member:
+        data_entry = plan.stream_data(member, sha256=sha256)
+    packed = plan.pack()
+    archive.fill(slot, packed)
+    return {"tree.msgpack": small_file_entry(packed, sha256=sha256), "data.bin": data_entry}
 
 
-__all__ = ["NOT_HANDLED", "TreePlan", "big_int_bytes", "write_small_file", "write_tree"]
+__all__ = ["NOT_HANDLED", "TreePlan", "Writable", "big_int_bytes", "small_file_entry", "write_small_file", "write_tree"]
