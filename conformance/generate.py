@@ -31,7 +31,7 @@ import struct
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -600,38 +600,11 @@ def _(b: Builder) -> None:
 # ==============================================================================================
 # Framework cases (real torch and JAX state)
 # ==============================================================================================
-def _producer_patch() -> Iterator[None]:
-    import contextlib
-    import importlib
-
-    # the module that writes manifest.json for Checkpoint.save (it moved once; patch wherever it is used)
-    modules = [m for m in (importlib.import_module(name) for name in
-                           ("opencheckpoint.container.staged", "opencheckpoint.checkpoint"))
-               if hasattr(m, "serialize_manifest")]
-
-    @contextlib.contextmanager
-    def patched() -> Iterator[None]:
-        originals = [(m, m.serialize_manifest) for m in modules]
-
-        for module, original in originals:
-            def fixed(body: Any, original: Callable[[Any], bytes] = original) -> bytes:
-                return original({**body, "producer": PRODUCER})
-
-            module.serialize_manifest = fixed
-        try:
-            yield
-        finally:
-            for module, original in originals:
-                module.serialize_manifest = original
-    return patched()
-
-
 def save_real(b: Builder, **components: Any) -> None:
     from opencheckpoint import Checkpoint
 
-    with _producer_patch():
-        Checkpoint(durable=False, format=b.case.form, **components).save(
-            b.root, checkpoint_id=f"conformance-{b.case.id}", created_at=CREATED_AT)
+    Checkpoint(durable=False, format=b.case.form, **components).save(
+        b.root, checkpoint_id=f"conformance-{b.case.id}", created_at=CREATED_AT, producer=PRODUCER)
     b.intended = None
 
 
