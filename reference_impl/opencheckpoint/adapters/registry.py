@@ -44,23 +44,23 @@ FRAMEWORKS: tuple[FrameworkEntry, ...] = (
 #: The framework every reader supports without an adapter module.
 DEFAULT = "numpy"
 
-_BY_NAME = {entry.name: entry for entry in FRAMEWORKS}
-_BY_PACKAGE = {package: entry for entry in FRAMEWORKS for package in entry.packages}
-
 
 def names() -> tuple[str, ...]:
     """Every framework name a reader accepts, the default first."""
-    return (DEFAULT, *_BY_NAME)
+    return (DEFAULT, *(entry.name for entry in FRAMEWORKS))
 
 
+# Lookups scan the (short) table on every call rather than caching an index of it, so the table stays the
+# only thing to edit, also for a test that adds a row.
 def by_name(name: str) -> FrameworkEntry | None:
     """The row of framework ``name`` (None for the default or an unknown name)."""
-    return _BY_NAME.get(name)
+    return next((entry for entry in FRAMEWORKS if entry.name == name), None)
 
 
 def for_module(module_name: str) -> FrameworkEntry | None:
     """The row whose packages include the top-level package of ``module_name`` (a type's ``__module__``)."""
-    return _BY_PACKAGE.get(module_name.split(".", 1)[0])
+    root = module_name.split(".", 1)[0]
+    return next((entry for entry in FRAMEWORKS if root in entry.packages), None)
 
 
 def for_type(kind: type) -> FrameworkEntry | None:
