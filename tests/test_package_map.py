@@ -33,3 +33,11 @@ def test_every_module_has_exactly_one_row_and_every_row_a_module() -> None:
 
 def test_every_row_says_what_the_module_owns() -> None:
     assert all(len(owns.strip()) >= 10 for _, owns in _map_rows())
+
+
+def test_every_test_folder_is_described_in_the_layout() -> None:
+    """The ``tests/`` row of the layout table names every test folder (the suite mirrors the package)."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `tests/` |"))
+    folders = sorted(p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+    assert [f for f in folders if f"`{f}/`" not in row] == []
