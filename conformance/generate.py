@@ -135,9 +135,10 @@ class Builder:
             record = {k: v for k, v in record.items() if k != "value"}
             record.setdefault("path", f"components/{name}")
             sha = record.pop("sha256", False)
-            files = {"x": {"size": 0, "crc32c": "00000000", "sha256": "0" * 64}} if sha else {}
+            files: dict[str, Any] = {"x": {"size": 0, "crc32c": "00000000", "sha256": "0" * 64}} if sha else {}
+            optional: dict[str, Any] = {k: record[k] for k in ("hints", "metadata") if k in record}
             comps[name] = {"kind": record["kind"], "kind_version": record["kind_version"], "path": record["path"],
-                           **{k: record[k] for k in ("hints", "metadata") if k in record},
+                           **optional,
                            "files": files, "content": record["content"]}
         return {"rendering": 1, "form": self.case.form, "format_version": 1,
                 "checkpoint_id": f"conformance-{self.case.id}", "created_at": CREATED_AT, "producer": PRODUCER,
@@ -157,7 +158,7 @@ class Builder:
 
     # -- directory-form editing (must-reject cases) -------------------------------------------------
     def manifest(self, root: Path | None = None) -> dict[str, Any]:
-        body = json.loads((root or self.root).joinpath("manifest.json").read_bytes())
+        body: dict[str, Any] = json.loads((root or self.root).joinpath("manifest.json").read_bytes())
         body.pop("manifest_crc32c")
         return body
 
@@ -249,7 +250,8 @@ def _(b: Builder) -> None:
       "and a negative NaN; bits must survive exactly.", ["8.2", "R-TREE-6", "R-TREE-7"])
 def _(b: Builder) -> None:
     def f(bits: int) -> float:
-        return struct.unpack(">d", struct.pack(">Q", bits))[0]
+        value: float = struct.unpack(">d", struct.pack(">Q", bits))[0]
+        return value
     b.write({"t": tree([0.0, -0.0, 1.5, float("inf"), float("-inf"), 5e-324, f(0x7FF8000000000001),
                         f(0xFFF8000000000000), f(0x7FF4000000000000)])})
 
@@ -538,7 +540,7 @@ def _(b: Builder) -> None:
 def save_real(b: Builder, **components: Any) -> None:
     from opencheckpoint import Checkpoint
 
-    Checkpoint(durable=False, format=b.case.form, **components).save(
+    Checkpoint(durable=False, format="archive" if b.case.form == "archive" else "directory", **components).save(
         b.root, checkpoint_id=f"conformance-{b.case.id}", created_at=CREATED_AT, producer=PRODUCER)
     b.intended = None
 
