@@ -115,7 +115,7 @@ def read_into(fd: Any, view: memoryview) -> None:
 
 
 def byte_view(array: np.ndarray) -> memoryview:
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return array.reshape(-1).view(np.uint8).data
 
 
 def filesystem_of(path: Path) -> str:

@@ -129,7 +129,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     def raw_write() -> None:
         with open(raw, "wb", buffering=0) as handle:
             for tensor in pinned.values():
-                handle.write(memoryview(tensor.view(torch.uint8).numpy()))
+                handle.write(tensor.view(torch.uint8).numpy().data)
 
     times["limit: raw write (from pinned host)"] = _best(raw_write, args.repeat, lambda: _remove(raw))
     _remove(raw)
@@ -149,7 +149,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     times["GPU->ckpt torch.save"] = _best(lambda: torch.save(state, pt), args.repeat, lambda: _remove(pt))
     times["GPU->ckpt safetensors save_file"] = _best(lambda: safetensors.torch.save_file(state, str(st)), args.repeat,
                                                      lambda: _remove(st))
-    times["GPU->ckpt DCP save"] = _best(lambda: dcp.save(state, checkpoint_id=str(dc)), args.repeat,
+    times["GPU->ckpt DCP save"] = _best(lambda: dcp.state_dict_saver.save(state, checkpoint_id=str(dc)), args.repeat,
                                         lambda: _remove(dc))
 
     restore = opencheckpoint.Checkpoint(model=target)
@@ -171,7 +171,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
     def dcp_load() -> None:
         into = dict(target.state_dict())
-        dcp.load(into, checkpoint_id=str(dc))
+        dcp.state_dict_loader.load(into, checkpoint_id=str(dc))
 
     times["ckpt->GPU DCP load"] = _best(dcp_load, args.repeat)
     for path in (ours, tmp / "ours-pinned", pt, st, dc):

@@ -91,7 +91,7 @@ def _load_state_dict(module: Any, load: Callable[[Path], Any], path: Path) -> An
 
 def _npz(ctx: Context, arrays: dict[str, np.ndarray], total: int) -> None:
     path = ctx.tmp / "state.npz"
-    _saver(ctx, "np.savez", path, lambda: np.savez(path, **arrays), total)
+    _saver(ctx, "np.savez", path, lambda: np.savez(path, **arrays), total)  # type: ignore[arg-type]  # numpy's stub: a key could be allow_pickle
 
     def load() -> dict[str, np.ndarray]:
         with np.load(path) as archive:

@@ -69,6 +69,7 @@ def draw(results: Sequence[Result], path: Path, caption: str) -> Path | None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
     except ImportError:
         return None
     panels = ratios(results)
@@ -92,7 +93,7 @@ def draw(results: Sequence[Result], path: Path, caption: str) -> Path | None:
         for bar, value in zip(bars, values, strict=True):
             axis.text(min(value, right * 0.9), bar.get_y() + bar.get_height() / 2, f" {value:.2f}", va="center",
                       fontsize=7)
-    handles: list[Any] = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
+    handles: list[Any] = [Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
     figure.legend(handles, ["save / raw write", "durable save / raw write + fsync", "restore / memcpy"],
                   loc="lower center", ncol=3, fontsize=8)
     axes[-1, 0].set_xlabel("throughput / the machine's limit for the same bytes, same run (1.0 = the limit)")

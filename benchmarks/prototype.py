@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import msgpack
@@ -20,11 +21,11 @@ import numpy as np
 CHUNK = 1 << 20
 
 
-def _nodes(path: Path, component: str) -> tuple[Path, dict[str, list]]:
+def _nodes(path: Path, component: str) -> tuple[Path, dict[str, list[Any]]]:
     directory = Path(path) / "components" / component
     tree = msgpack.unpackb((directory / "tree.msgpack").read_bytes(), raw=False, strict_map_key=False,
                            ext_hook=lambda code, data: code)
-    nodes: dict[str, list] = {}
+    nodes: dict[str, list[Any]] = {}
     _arrays(tree, nodes)
     return directory, nodes
 
@@ -40,7 +41,7 @@ def verified_read_into(path: Path, component: str, destination: dict[str, np.nda
     with open(directory / "data.bin", "rb", buffering=0) as handle:
         for key, node in nodes.items():
             offset, nbytes, stored = node[3], node[4], node[5]
-            target = memoryview(destination[key].reshape(-1).view(np.uint8))
+            target = destination[key].reshape(-1).view(np.uint8).data  # a memoryview, no copy
             handle.seek(offset)
             crc = 0
             for start in range(0, nbytes, CHUNK):
@@ -56,7 +57,7 @@ def verified_read_into(path: Path, component: str, destination: dict[str, np.nda
                 raise ValueError(f"crc mismatch in {key}")
 
 
-def _arrays(node: object, out: dict[str, list]) -> None:
+def _arrays(node: object, out: dict[str, list[Any]]) -> None:
     # The benchmark's tree is a flat dict name -> array node [ext, dtype, shape, offset, nbytes, crc].
     assert isinstance(node, dict)
     for key, value in node.items():
@@ -78,14 +79,14 @@ def verified_restore_into(path: Path, component: str, destination: dict[str, np.
         mapped.close()
 
 
-def _copy_all(source: np.ndarray, nodes: dict[str, list], destination: dict[str, np.ndarray]) -> None:
+def _copy_all(source: np.ndarray, nodes: dict[str, list[Any]], destination: dict[str, np.ndarray]) -> None:
     for key, node in nodes.items():
         offset, nbytes, stored = node[3], node[4], node[5]
         target = destination[key].reshape(-1).view(np.uint8)
         crc = 0
         for start in range(0, nbytes, CHUNK):
             chunk = source[offset + start: offset + min(start + CHUNK, nbytes)]
-            crc = crc32c.crc32c(chunk, crc)
+            crc = crc32c.crc32c(chunk.data, crc)  # the buffer itself, no copy
             target[start: start + len(chunk)] = chunk
         if crc != stored:
             raise ValueError(f"crc mismatch in {key}")

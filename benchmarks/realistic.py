@@ -36,6 +36,7 @@ import numpy as np
 
 import opencheckpoint
 from common import GIB, MIB, Context, remove, write_all
+from opencheckpoint.checkpoint import CheckpointFormat
 from timing import measure, settle_writes
 
 TORCH_GROUP = "gpt2-small torch"
@@ -80,6 +81,16 @@ def _timed(ctx: Context, group: str, name: str, operation: Callable[[], Any], nb
         ctx.record(group, name, timing, nbytes, note=note)
 
 
+def in_turn(*steps: Callable[[], object]) -> Callable[[], None]:
+    """One operation that runs ``steps`` one after the other (a save, then its fsync)."""
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
 def fsync_tree(path: Path) -> None:
     """fsync every file and directory under ``path`` (or the file), and its parent: a peer's durable save."""
     paths = [path] if path.is_file() else [Path(root) / name for root, dirs, files in os.walk(path)
@@ -115,7 +126,7 @@ def _limits(ctx: Context, group: str, buffers: list[np.ndarray]) -> int:
     def write(fsync: bool) -> None:
         with open(raw, "wb", buffering=0) as handle:
             for b in buffers:
-                write_all(handle, memoryview(b.reshape(-1).view(np.uint8)))
+                write_all(handle, b.reshape(-1).view(np.uint8).data)
             if fsync:
                 os.fsync(handle.fileno())
 
@@ -200,11 +211,12 @@ def run_torch(ctx: Context, *, layers: int = 12) -> None:
 
     # OpenCheckpoint
     ours = ctx.tmp / "gpt2-ours"
-    for durable, form, label in ((False, "directory", "save"), (True, "directory", "durable save"),
-                                 (False, "archive", "save (archive)")):
+    forms: tuple[tuple[bool, CheckpointFormat, str], ...] = (
+        (False, "directory", "save"), (True, "directory", "durable save"), (False, "archive", "save (archive)"))
+    for durable, form, label in forms:
         checkpoint = opencheckpoint.Checkpoint(model=model, optim=optimizer, rng=generator, durable=durable)
         _timed(ctx, group, f"OpenCheckpoint {label}",
-               lambda c=checkpoint, f=form: c.save(ours, format=f), total, setup=fresh(ours))
+               partial(checkpoint.save, ours, format=form), total, setup=fresh(ours))
     opencheckpoint.Checkpoint(model=model, optim=optimizer, rng=generator, durable=False).save(ours)
     restore = opencheckpoint.Checkpoint(model=target_model, optim=target_optimizer, rng=target_generator)
     _timed(ctx, group, "OpenCheckpoint restore", lambda: restore.load(ours), total)
@@ -218,8 +230,8 @@ def run_torch(ctx: Context, *, layers: int = 12) -> None:
         return {"model": model.state_dict(), "optim": optimizer.state_dict(), "rng": generator.get_state()}
 
     _timed(ctx, group, "torch.save save", lambda: torch.save(torch_state(), pt), total, setup=fresh(pt))
-    _timed(ctx, group, "torch.save durable save", lambda: (torch.save(torch_state(), pt), fsync_tree(pt)), total,
-           setup=fresh(pt))
+    _timed(ctx, group, "torch.save durable save",
+           in_turn(lambda: torch.save(torch_state(), pt), lambda: fsync_tree(pt)), total, setup=fresh(pt))
 
     def torch_restore() -> None:
         state = torch.load(pt, weights_only=True)
@@ -240,7 +252,8 @@ def run_torch(ctx: Context, *, layers: int = 12) -> None:
         _timed(ctx, group, "safetensors (weights only) save", lambda: safetensors.torch.save_model(model, str(st)),
                weights, setup=fresh(st))
         _timed(ctx, group, "safetensors (weights only) durable save",
-               lambda: (safetensors.torch.save_model(model, str(st)), fsync_tree(st)), weights, setup=fresh(st))
+               in_turn(lambda: safetensors.torch.save_model(model, str(st)), lambda: fsync_tree(st)), weights,
+               setup=fresh(st))
         _timed(ctx, group, "safetensors (weights only) restore",
                lambda: safetensors.torch.load_model(target_model, str(st)), weights)
         remove(st)
@@ -255,16 +268,15 @@ def run_torch(ctx: Context, *, layers: int = 12) -> None:
 
         def dcp_save(durable: bool) -> None:
             model_state, optim_state = get_state_dict(model, optimizer)
-            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(dcp_path))
+            dcp.state_dict_saver.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(dcp_path))
             if durable:
                 fsync_tree(dcp_path)
 
         def dcp_restore() -> None:
             model_state, optim_state = get_state_dict(target_model, target_optimizer)
-            state = {"model": model_state, "optim": optim_state}
-            dcp.load(state, checkpoint_id=str(dcp_path))
-            set_state_dict(target_model, target_optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
+            dcp.state_dict_loader.load({"model": model_state, "optim": optim_state}, checkpoint_id=str(dcp_path))
+            set_state_dict(target_model, target_optimizer, model_state_dict=model_state,
+                           optim_state_dict=optim_state)
 
         _timed(ctx, group, "DCP save", lambda: dcp_save(False), total, setup=fresh(dcp_path))
         _timed(ctx, group, "DCP durable save", lambda: dcp_save(True), total, setup=fresh(dcp_path))
@@ -282,7 +294,7 @@ def run_torch(ctx: Context, *, layers: int = 12) -> None:
         _timed(ctx, group, "torchrl save", lambda: checkpoint_class(model=model, optim=optimizer).save(rl), total,
                setup=fresh(rl))
         _timed(ctx, group, "torchrl durable save",
-               lambda: (checkpoint_class(model=model, optim=optimizer).save(rl), fsync_tree(rl)), total,
+               in_turn(lambda: checkpoint_class(model=model, optim=optimizer).save(rl), lambda: fsync_tree(rl)), total,
                setup=fresh(rl))
         _timed(ctx, group, "torchrl restore",
                lambda: checkpoint_class(model=target_model, optim=target_optimizer).load(rl), total)
@@ -341,7 +353,7 @@ def run_jax(ctx: Context, *, layers: int = 8, width: int = 1024) -> None:
     ours = ctx.tmp / "nnx-ours"
     for durable, label in ((False, "save"), (True, "durable save")):
         checkpoint = opencheckpoint.Checkpoint(model=model, optim=optimizer, rngs=rngs, durable=durable)
-        _timed(ctx, group, f"OpenCheckpoint {label}", lambda c=checkpoint: c.save(ours), total, setup=fresh(ours))
+        _timed(ctx, group, f"OpenCheckpoint {label}", partial(checkpoint.save, ours), total, setup=fresh(ours))
     opencheckpoint.Checkpoint(model=model, optim=optimizer, rngs=rngs, durable=False).save(ours)
     restore = opencheckpoint.Checkpoint(model=target_model, optim=target_optimizer, rngs=target_rngs)
     _timed(ctx, group, "OpenCheckpoint restore", lambda: restore.load(ours), total)

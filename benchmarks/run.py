@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
         arrays = make_arrays(size, args.count)
         ctx = Context(arrays=arrays, tmp=args.tmpdir, repeat=repeat, quick=args.quick, step=step)
-        peaks: dict[str, dict] = {}
+        peaks: dict[str, dict[str, Any]] = {}
         try:
             if "baselines" in args.only:
                 with ctx.guard("baselines", "section"):

@@ -61,7 +61,7 @@ def run(ctx: Context, count: int = 20_000) -> None:
         with np.load(npz_path) as archive:
             return {key: archive[key] for key in archive.files}
 
-    _pair(ctx, "np.savez", npz_path, lambda: np.savez(npz_path, **arrays), npz_load, repeat)
+    _pair(ctx, "np.savez", npz_path, lambda: np.savez(npz_path, **arrays), npz_load, repeat)  # type: ignore[arg-type]  # numpy's stub: a key could be allow_pickle
 
     checkpoint_class = torchrl_checkpoint()
     if checkpoint_class is None:

@@ -31,7 +31,7 @@ import struct
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,9 @@ from opencheckpoint.conformance.models import CaseModel, ExpectedModel
 from opencheckpoint.conformance.writer import write_rendering
 from opencheckpoint.integrity import crc32c_of, format_crc32c
 from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.testing.hostile_zip import CaseMember as Member
+from opencheckpoint.testing.hostile_zip import manifest_members as members_of
+from opencheckpoint.testing.hostile_zip import zip_bytes
 from opencheckpoint.tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
 HERE = Path(__file__).resolve().parent
@@ -132,9 +135,10 @@ class Builder:
             record = {k: v for k, v in record.items() if k != "value"}
             record.setdefault("path", f"components/{name}")
             sha = record.pop("sha256", False)
-            files = {"x": {"size": 0, "crc32c": "00000000", "sha256": "0" * 64}} if sha else {}
+            files: dict[str, Any] = {"x": {"size": 0, "crc32c": "00000000", "sha256": "0" * 64}} if sha else {}
+            optional: dict[str, Any] = {k: record[k] for k in ("hints", "metadata") if k in record}
             comps[name] = {"kind": record["kind"], "kind_version": record["kind_version"], "path": record["path"],
-                           **{k: record[k] for k in ("hints", "metadata") if k in record},
+                           **optional,
                            "files": files, "content": record["content"]}
         return {"rendering": 1, "form": self.case.form, "format_version": 1,
                 "checkpoint_id": f"conformance-{self.case.id}", "created_at": CREATED_AT, "producer": PRODUCER,
@@ -154,7 +158,7 @@ class Builder:
 
     # -- directory-form editing (must-reject cases) -------------------------------------------------
     def manifest(self, root: Path | None = None) -> dict[str, Any]:
-        body = json.loads((root or self.root).joinpath("manifest.json").read_bytes())
+        body: dict[str, Any] = json.loads((root or self.root).joinpath("manifest.json").read_bytes())
         body.pop("manifest_crc32c")
         return body
 
@@ -195,75 +199,7 @@ def array_node(dtype: str, shape: list[int], offset: int, data: bytes) -> list[A
     return [M[6], dtype, shape, offset, len(data), crc32c_of(data)]
 
 
-# -- ZIP construction for archive must-reject cases -----------------------------------------------
-@dataclass
-class Member:
-    name: str
-    data: bytes
-    method: int = 0
-    flags: int = 0
-    local_name: str | None = None
-    misalign: bool = False
-    descriptor: bool = False
-    external: int = 0o100644 << 16
-    pad_id: int = 0xD935
-    extra: bytes = b""  # additional extra fields (local and central)
-    local_crc_xor: int = 0
-    local_size_delta: int = 0
-    central_csize: int | None = None
-    gap_after: bytes = b""
-
-
-def zip_bytes(members: list[Member], *, comment: bytes = b"", prefix: bytes = b"", disk: int = 0,
-              count_delta: int = 0, cd_gap: bytes = b"") -> bytes:
-    """A ZIP file laid out as spec §3.3 requires, except where a member or argument asks otherwise."""
-    out = bytearray(prefix)
-    central = []
-    for m in members:
-        stored = m.data
-        if m.method == 8:
-            packer = zlib.compressobj(9, zlib.DEFLATED, -15)
-            stored = packer.compress(m.data) + packer.flush()
-        lname = (m.local_name or m.name).encode()
-        cname = m.name.encode()
-        offset = len(out)
-        crc = zlib.crc32(m.data)
-        base = offset + 30 + len(lname) + len(m.extra)
-        pad = -base % 64
-        if pad and pad < 4:
-            pad += 64
-        if m.misalign:
-            pad = pad + 8 if pad >= 4 else 8
-        extra = m.extra + (struct.pack("<HH", m.pad_id, pad - 4) + bytes(pad - 4) if pad else b"")
-        flags = m.flags | (0x08 if m.descriptor else 0)
-        lcrc, lc, lu = (0, 0, 0) if m.descriptor else (crc ^ m.local_crc_xor, len(stored) + m.local_size_delta,
-                                                      len(m.data) + m.local_size_delta)
-        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, flags, m.method, 0, 0x21, lcrc, lc, lu, len(lname),
-                           len(extra)) + lname + extra + stored
-        if m.descriptor:
-            out += struct.pack("<IIII", 0x08074B50, crc, len(stored), len(m.data))
-        out += m.gap_after
-        csize = len(stored) if m.central_csize is None else m.central_csize
-        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x031E, 20, flags, m.method, 0, 0x21, crc,
-                                   csize, len(m.data), len(cname), len(m.extra), 0, 0, 0, m.external, offset)
-                       + cname + m.extra)
-    out += cd_gap
-    cd_offset = len(out)
-    cd = b"".join(central)
-    n = len(members)
-    out += cd + struct.pack("<IHHHHIIH", 0x06054B50, disk, disk, n, n + count_delta, len(cd), cd_offset,
-                            len(comment)) + comment
-    return bytes(out)
-
-
-def members_of(directory: Path) -> list[Member]:
-    """The members of an archive holding ``directory``'s checkpoint, manifest last."""
-    body = json.loads((directory / "manifest.json").read_bytes())
-    members = [Member(f"{rec['path']}/{rel}", (directory / rec["path"] / rel).read_bytes())
-               for rec in body["components"].values() for rel in rec["files"]]
-    return [*members, Member("manifest.json", (directory / "manifest.json").read_bytes())]
-
-
+# -- archive must-reject cases: built with the public hostile-ZIP kit (opencheckpoint.testing.hostile_zip)
 def archive_case(b: Builder, tweak: Callable[[list[Member]], list[Member]] | None = None,
                  **zip_kw: Any) -> None:
     """Write a small valid checkpoint, then pack it with :func:`zip_bytes` after ``tweak``."""
@@ -314,7 +250,8 @@ def _(b: Builder) -> None:
       "and a negative NaN; bits must survive exactly.", ["8.2", "R-TREE-6", "R-TREE-7"])
 def _(b: Builder) -> None:
     def f(bits: int) -> float:
-        return struct.unpack(">d", struct.pack(">Q", bits))[0]
+        value: float = struct.unpack(">d", struct.pack(">Q", bits))[0]
+        return value
     b.write({"t": tree([0.0, -0.0, 1.5, float("inf"), float("-inf"), 5e-324, f(0x7FF8000000000001),
                         f(0xFFF8000000000000), f(0x7FF4000000000000)])})
 
@@ -600,38 +537,11 @@ def _(b: Builder) -> None:
 # ==============================================================================================
 # Framework cases (real torch and JAX state)
 # ==============================================================================================
-def _producer_patch() -> Iterator[None]:
-    import contextlib
-    import importlib
-
-    # the module that writes manifest.json for Checkpoint.save (it moved once; patch wherever it is used)
-    modules = [m for m in (importlib.import_module(name) for name in
-                           ("opencheckpoint.container.staged", "opencheckpoint.checkpoint"))
-               if hasattr(m, "serialize_manifest")]
-
-    @contextlib.contextmanager
-    def patched() -> Iterator[None]:
-        originals = [(m, m.serialize_manifest) for m in modules]
-
-        for module, original in originals:
-            def fixed(body: Any, original: Callable[[Any], bytes] = original) -> bytes:
-                return original({**body, "producer": PRODUCER})
-
-            module.serialize_manifest = fixed
-        try:
-            yield
-        finally:
-            for module, original in originals:
-                module.serialize_manifest = original
-    return patched()
-
-
 def save_real(b: Builder, **components: Any) -> None:
     from opencheckpoint import Checkpoint
 
-    with _producer_patch():
-        Checkpoint(durable=False, format=b.case.form, **components).save(
-            b.root, checkpoint_id=f"conformance-{b.case.id}", created_at=CREATED_AT)
+    Checkpoint(durable=False, format="archive" if b.case.form == "archive" else "directory", **components).save(
+        b.root, checkpoint_id=f"conformance-{b.case.id}", created_at=CREATED_AT, producer=PRODUCER)
     b.intended = None
 
 

@@ -62,7 +62,8 @@ def coverage(cases: Path = CASES) -> dict[str, list[str]]:
 
 
 def exemptions(path: Path = EXEMPTIONS) -> dict[str, str]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    table: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
+    return table
 
 
 def _sort_key(rid: str) -> tuple[str, int]:

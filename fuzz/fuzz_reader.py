@@ -354,7 +354,7 @@ def mutate_zip_header(rng: random.Random, data: bytes) -> tuple[bytes, str] | No
     return bytes(buf), f"zip header at {offset}: field {index} = {fields[index]}"
 
 
-def mutate_archive(rng: random.Random, data: bytes) -> str | tuple[bytes, str]:
+def mutate_archive(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     if rng.random() < 0.5:
         result = mutate_zip_header(rng, data)
         if result is not None:

@@ -20,6 +20,7 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 class JFloat(float):
     """A JSON number token with a fraction or exponent part (not an integer token)."""
     __slots__ = ("token",)
+    token: str
 
 
 def _depth_scan(text: str, file: str):

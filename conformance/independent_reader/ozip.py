@@ -18,6 +18,21 @@ U16 = 0xFFFF
 class Member:
     __slots__ = ("index", "name", "made_by", "flags", "method", "crc", "csize", "usize",
                  "disk", "ext_attr", "local_off", "extras", "data_start", "local")
+    # The slots' types, for mypy (annotations without values create no class attributes).
+    index: int
+    name: bytes
+    made_by: int
+    flags: int
+    method: int
+    crc: int
+    csize: int
+    usize: int
+    disk: int
+    ext_attr: int
+    local_off: int
+    extras: list
+    data_start: int
+    local: tuple
 
     def __init__(self):
         self.local = None

@@ -146,12 +146,13 @@ class ZipStore:
         self.path = path
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
+            self.buf: bytes | mmap.mmap
             if size == 0:
                 self.buf = b""
             else:
                 self.buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         self.arch = ozip.Archive(self.buf, os.path.basename(path) or path)
-        self.by_name = {}
+        self.by_name: dict = {}
 
     def step2(self):
         a = self.arch.open_structure()

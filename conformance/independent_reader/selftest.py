@@ -141,7 +141,7 @@ def run(path):
     return (line.split(": ")[1] if line.startswith("error: ") else "GARBLED:" + p.stderr[-300:]), line
 
 
-CASES = []
+CASES: list = []
 
 
 def case(expect, form="dir"):

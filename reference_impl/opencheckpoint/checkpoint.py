@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from .adapters import registry
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
 from .casting import CastPolicy, Conversion
 from .container.publish import fault_point
@@ -34,7 +35,7 @@ from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
 from .location import local_path
 from .manifest import KIND_VERSIONS, MANIFEST_NAME
-from .models import FORMAT_NAME, FORMAT_VERSION
+from .manifest_builder import manifest_body
 from .paths import check_segment
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
@@ -84,12 +85,17 @@ def runtime_environment() -> dict[str, str]:
     from . import __version__
 
     env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": __version__}
-    for name in ("torch", "jax", "flax", "optax"):
+    for name in registry.environment_packages():
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None)
         if isinstance(version, str):
             env[name] = version
     return env
+
+
+def default_producer() -> dict[str, Any]:
+    """The producer record of this implementation (spec §5.3), with the runtime's package versions."""
+    return {"name": "opencheckpoint-python", "version": _version(), "environment": runtime_environment()}
 
 
 def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -209,8 +215,12 @@ class Checkpoint:
         checkpoint_id: str | None = None,
         created_at: str | None = None,
         overwrite: bool = True,
+        producer: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
+
+        ``producer`` replaces the manifest's producer record (default: this
+        implementation, its version and the runtime's package versions).
 
         The previous checkpoint at ``path`` (if any) stays intact and readable
         until the new one is complete and durable.
@@ -238,17 +248,9 @@ class Checkpoint:
                 for name in names:
                     records[name] = self._save_component(name, staged)
                     staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
-                staged.commit({
-                    "format": FORMAT_NAME,
-                    "format_version": FORMAT_VERSION,
-                    "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
-                    "created_at": created_at or utc_timestamp(),
-                    "producer": {"name": "opencheckpoint-python", "version": _version(),
-                                 "environment": runtime_environment()},
-                    "metadata": user_metadata,
-                    "extensions": {},
-                    "components": records,
-                })
+                staged.commit(manifest_body(
+                    records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
+                    producer=default_producer() if producer is None else producer, metadata=user_metadata))
         except OSError as exc:
             raced = publication_race(exc, target)
             if raced is None:
@@ -268,17 +270,7 @@ class Checkpoint:
             # The component being written is the "file" a save error is about; the field stays the
             # location inside its value (e.g. ``$.layer1.w``).
             raise exc.at(file=f"component {name!r}") from None
-        record: dict[str, Any] = {
-            "kind": adapter.kind,
-            "kind_version": adapter.kind_version,
-            "path": f"components/{name}",
-            "files": writer.files,
-        }
-        if writer.hints:
-            record["hints"] = writer.hints
-        if writer.metadata is not None:
-            record["metadata"] = writer.metadata
-        return record
+        return writer.record(adapter.kind, adapter.kind_version, f"components/{name}")
 
     # -- loading -------------------------------------------------------------------------
     def load(

@@ -28,7 +28,6 @@ MAX_FILES: Final = 1_000_000
 PATH_MAX_BYTES: Final = 1024
 #: R-LIM-8 (bytes)
 SEGMENT_MAX_BYTES: Final = 128
-SEGMENT_MAX_CHARS: Final = SEGMENT_MAX_BYTES
 #: R-LIM-9
 TREE_MAX_BYTES: Final = 1024 * 1024 * 1024
 #: R-LIM-10
@@ -41,8 +40,6 @@ TREE_MAX_STR_BYTES: Final = 256 * 1024 * 1024
 ARRAY_MAX_NDIM: Final = 64
 #: R-LIM-14 (a dimension may be at most this)
 ARRAY_MAX_DIM: Final = 2**63 - 1
-#: R-LIM-15 / R-LIM-16: products and nbytes must stay below 2**63.
-ARRAY_MAX_NBYTES: Final = 2**63 - 1
 #: R-LIM-17
 ARCHIVE_MAX_MEMBERS: Final = MAX_FILES + 1
 #: R-LIM-18: bytes of a big int's two's complement magnitude (tag 3). 8,192 bits, at most 2,467 decimal

@@ -100,10 +100,3 @@ def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
                                          rule="R-PATH-4"))
                 break
     return errors
-
-
-def check_no_conflicts(paths: Iterable[str]) -> None:
-    """Raise the first R-PATH-3 / R-PATH-4 conflict among ``paths``."""
-    errors = conflict_errors(paths)
-    if errors:
-        raise errors[0]

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-if str(BENCHMARKS) not in sys.path:
-    sys.path.insert(0, str(BENCHMARKS))
-
-from common import GIB, MIB, Result  # noqa: E402
-from targets import evaluate  # noqa: E402
+from common import GIB, MIB, Result  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+from targets import evaluate
 
 
 def _rows(results: list[Result], peaks: dict | None = None) -> dict[str, tuple[float | None, str]]:

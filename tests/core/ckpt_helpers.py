@@ -4,17 +4,14 @@ Directory checkpoints are written with :class:`opencheckpoint.Checkpoint` and
 then mutated; manifests are re-serialized with
 :func:`opencheckpoint.manifest.serialize_manifest` so the checksum stays right
 and only the intended rule breaks. Archives are built from a directory by
-:func:`build_zip`, a small ZIP writer whose every field can be overridden.
+:func:`~opencheckpoint.testing.hostile_zip.build_zip` (the public test kit), whose every field can be
+overridden.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import struct
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,7 @@ import numpy as np
 from opencheckpoint import Checkpoint
 from opencheckpoint.integrity import crc32c_hex
 from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.testing.hostile_zip import Member, build_zip, members_of
 
 MARK = {tag: msgpack.ExtType(tag, b"") for tag in range(1, 128)}
 
@@ -100,94 +98,7 @@ def flip(file: Path, position: int) -> None:
     file.write_bytes(bytes(data))
 
 
-# -- archives ---------------------------------------------------------------------------------
-@dataclass
-class Member:
-    """One archive member; every ZIP field the tests break can be overridden."""
-
-    name: bytes
-    data: bytes
-    method: int = 0
-    flags: int = 0
-    local_flags: int | None = None
-    stored: bytes | None = None  # bytes written as member data (default: data)
-    crc: int | None = None
-    local_crc: int | None = None
-    local_name: bytes | None = None
-    local_size: int | None = None
-    csize: int | None = None
-    made_by: int = (3 << 8) | 20
-    external: int = 0o100644 << 16
-    extra_local: bytes = b""
-    extra_central: bytes = b""
-    misalign: int = 0
-    gap_before: int = 0
-    disk: int = 0
-    offsets: dict[str, int] = field(default_factory=dict)
-
-
-def members_of(path: Path) -> list[Member]:
-    """The files of a directory checkpoint as members (sorted paths), ``manifest.json`` last."""
-    names: list[str] = []
-    for dirpath, dirnames, files in os.walk(path):
-        dirnames.sort()
-        for name in sorted(files):
-            rel = os.path.relpath(os.path.join(dirpath, name), path)
-            if rel != "manifest.json":
-                names.append(rel)
-    names.append("manifest.json")
-    return [Member(n.encode(), (path / n).read_bytes()) for n in names]
-
-
-def build_zip(members: list[Member], *, prefix: bytes = b"", comment: bytes = b"", trailing: bytes = b"",
-              order: list[int] | None = None, cd_gap: int = 0, eocd_total: int | None = None,
-              eocd_disk: int = 0) -> bytes:
-    """A checkpoint archive laid out as the spec requires, unless an override says otherwise.
-
-    ``order`` gives the central directory order as indices into ``members``
-    (default: file order).
-    """
-    out = bytearray(prefix)
-    for member in members:
-        out += bytes(member.gap_before)
-        header = len(out)
-        stored = member.data if member.stored is None else member.stored
-        base = header + 30 + len(member.local_name or member.name) + len(member.extra_local)
-        pad = -base % 64
-        if pad and pad < 4:
-            pad += 64
-        extra = member.extra_local + (struct.pack("<HH", 0xD935, pad - 4) + bytes(pad - 4) if pad else b"")
-        if member.misalign:
-            extra += bytes(member.misalign)
-        crc = zlib.crc32(member.data) if member.crc is None else member.crc
-        member.offsets = {"header": header}
-        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20,
-                           member.flags if member.local_flags is None else member.local_flags, member.method, 0,
-                           33, crc if member.local_crc is None else member.local_crc,
-                           len(stored) if member.csize is None else member.csize,
-                           len(member.data) if member.local_size is None else member.local_size,
-                           len(member.local_name or member.name), len(extra))
-        out += (member.local_name or member.name) + extra
-        member.offsets["data"] = len(out)
-        out += stored
-    out += bytes(cd_gap)
-    cd_start = len(out)
-    for index in order if order is not None else range(len(members)):
-        member = members[index]
-        stored = member.data if member.stored is None else member.stored
-        crc = zlib.crc32(member.data) if member.crc is None else member.crc
-        out += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", member.made_by, 20, member.flags, member.method,
-                           0, 33, crc, len(stored) if member.csize is None else member.csize, len(member.data),
-                           len(member.name), len(member.extra_central), 0, member.disk, 0, member.external,
-                           member.offsets["header"])
-        out += member.name + member.extra_central
-    cd_size = len(out) - cd_start
-    count = len(members) if order is None else len(order)
-    total = count if eocd_total is None else eocd_total
-    out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", eocd_disk, 0, total, total, cd_size, cd_start, len(comment))
-    return bytes(out + comment + trailing)
-
-
+# -- archives: the public hostile-ZIP kit builds them ---------------------------------------------
 def to_archive(path: Path, mutate: Callable[[list[Member]], Any] | None = None, **options: Any) -> Path:
     """Pack a directory checkpoint into ``<path>.ocz`` with :func:`build_zip`."""
     members = members_of(path)

@@ -45,9 +45,11 @@ import numpy as np
 from ..errors import IncompatibleComponent
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
+from ..manifest_builder import component_record
 from ..restore_plan import RestorePlan
 from ..strict_json import dump_json
 from ..tree.encode import small_file_entry, write_small_file, write_tree
+from . import registry
 from .conform import conform
 from .frameworks import convert_leaf
 
@@ -86,6 +88,18 @@ class ComponentWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.files["value.json"] = write_small_file(self.directory / "value.json", data, durable=self.durable,
                                                     sha256=self.sha256)
+
+    def write_file(self, rel: str, data: bytes, *, sha256: bool | None = None) -> None:
+        """Store ``data`` as the component file ``rel`` (``sha256`` overrides the writer's setting for it)."""
+        target = self.directory / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.files[rel] = write_small_file(target, data, durable=self.durable,
+                                           sha256=self.sha256 if sha256 is None else sha256)
+
+    def record(self, kind: str, kind_version: int, path: str) -> dict[str, Any]:
+        """The manifest record of what was written (hints and metadata only when set)."""
+        return component_record(kind=kind, kind_version=kind_version, path=path, files=self.files,
+                                hints=self.hints or None, metadata=self.metadata)
 
     def inventory_directory(self) -> None:
         """Record every file an adapter wrote into :attr:`directory` by itself."""
@@ -266,13 +280,9 @@ def framework_of(value: Any) -> str:
 
 
 def module_framework(kind: type) -> str:
-    for cls in kind.__mro__:
-        root = cls.__module__.split(".", 1)[0]
-        if root == "torch":
-            return "torch"
-        if root in ("jax", "jaxlib", "flax", "optax"):
-            return "jax"
-    return "numpy"
+    """The framework name of a type (its row in :mod:`.registry`), 'numpy' if none."""
+    entry = registry.for_type(kind)
+    return registry.DEFAULT if entry is None else entry.name
 
 
 #: type -> framework of its objects (a type's MRO does not change); bounded.
@@ -679,8 +689,9 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
     framework = framework_of(value)
     if framework == "numpy" and isinstance(value, (dict, list, tuple)):
         framework = container_framework(value)
-    if framework != "numpy":
-        module = importlib.import_module(f"opencheckpoint.adapters.{framework}")
+    entry = registry.by_name(framework)
+    if entry is not None:
+        module = importlib.import_module(entry.module)
         special: Adapter | None = getattr(module, "adapter_for", lambda v: None)(value)
         if special is not None:
             return special

@@ -20,19 +20,7 @@ from ..dtypes import numpy_dtype
 from ..errors import CheckpointError
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import PRNGKeyValue
-
-#: top-level module of an object's type -> adapter module that converts it.
-_LEAF_MODULES = {
-    "torch": "opencheckpoint.adapters.torch",
-    "jax": "opencheckpoint.adapters.jax",
-    "jaxlib": "opencheckpoint.adapters.jax",
-    "flax": "opencheckpoint.adapters.jax",
-    "optax": "opencheckpoint.adapters.jax",
-}
-_FRAMEWORK_MODULES = {
-    "torch": ("opencheckpoint.adapters.torch", "pip install 'opencheckpoint[torch]'"),
-    "jax": ("opencheckpoint.adapters.jax", "pip install 'opencheckpoint[jax]'"),
-}
+from . import registry
 
 
 class Framework(Protocol):
@@ -71,10 +59,9 @@ def convert_leaf(value: Any) -> Any:
     The framework is found through the MRO, so user subclasses of framework
     classes (an ``nnx.Module`` defined in user code) reach their adapter.
     """
-    for cls in type(value).__mro__:
-        module_name = _LEAF_MODULES.get(cls.__module__.split(".", 1)[0])
-        if module_name is not None:
-            return importlib.import_module(module_name).to_tree_value(value)
+    entry = registry.for_type(type(value))
+    if entry is not None:
+        return importlib.import_module(entry.module).to_tree_value(value)
     from .base import is_random_state
 
     if is_random_state(value):
@@ -85,16 +72,16 @@ def convert_leaf(value: Any) -> Any:
 
 
 def get_framework(name: str) -> Framework:
-    """The framework named ``numpy``, ``torch`` or ``jax``."""
-    if name == "numpy":
+    """The framework named ``name`` (``numpy`` or a row of :data:`.registry.FRAMEWORKS`)."""
+    if name == registry.DEFAULT:
         return NUMPY
-    entry = _FRAMEWORK_MODULES.get(name)
+    entry = registry.by_name(name)
     if entry is None:
-        raise ValueError(f"framework must be 'numpy', 'torch' or 'jax', got {name!r}")
-    module_name, hint = entry
+        choices = ", ".join(repr(choice) for choice in registry.names())
+        raise ValueError(f"framework must be one of {choices}, got {name!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(entry.module)
     except ImportError as exc:
-        raise CheckpointError(f"framework {name!r} is not installed ({exc}); {hint}") from None
+        raise CheckpointError(f"framework {name!r} is not installed ({exc}); {entry.install_hint}") from None
     framework: Framework = module.FRAMEWORK
     return framework

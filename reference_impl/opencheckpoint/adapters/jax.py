@@ -64,7 +64,11 @@ from ..restore_hints import suggest
 from ..restore_plan import Rename, RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
+from . import registry
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
+
+#: This module's row of the framework registry.
+_ENTRY = registry.by_name("jax")
 
 #: PRNG implementations a key may be stored with (the spec's built-in names).
 KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -560,8 +564,7 @@ def adapter_for(value: Any) -> Adapter | None:
             return NnxAdapter()
         if isinstance(value, nnx.State):
             return NnxStateAdapter()
-    root = type(value).__module__.split(".", 1)[0]
-    if root in ("jax", "jaxlib", "flax", "optax") or _has_jax_leaf(value) or _is_registered_dataclass(value):
+    if registry.for_module(type(value).__module__) is _ENTRY or _has_jax_leaf(value) or _is_registered_dataclass(value):
         return PytreeAdapter()
     return None
 

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -499,8 +499,3 @@ def main_from_args(args: argparse.Namespace) -> int:
         report.junit().write(args.junit, encoding="utf-8", xml_declaration=True)
     print_report(report, quiet=args.quiet)
     return 0 if report.ok else 1
-
-
-def iter_outcomes(report: Report, status: Status) -> Iterable[Outcome]:
-    """Outcomes with one status (for tests and plugins)."""
-    return (o for o in report.outcomes if o.status == status)

@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..adapters.base import ComponentWriter
 from ..container.staged import StagedCheckpoint
 from ..errors import UnsupportedValue
-from ..models import FORMAT_NAME
-from ..strict_json import dump_json
-from ..tree.encode import write_small_file, write_tree
+from ..manifest_builder import component_record, manifest_body
 from .canonical import RenderingError, blob_bytes, node_value, writer_view
 
 __all__ = ["write_rendering", "writer_view"]
@@ -36,29 +35,22 @@ _NO_VALUE = object()
 
 
 def _write_component(record: Mapping[str, Any], root: Path, *, durable: bool, value: Any = _NO_VALUE) -> dict[str, Any]:
-    directory = root / record["path"]
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write one rendered component through the same :class:`ComponentWriter` adapters use."""
+    recorded = record.get("files", {})
+    writer = ComponentWriter(root / record["path"], durable=durable,
+                             sha256=any("sha256" in entry for entry in recorded.values()))
+    writer.directory.mkdir(parents=True, exist_ok=True)
     content = record["content"]
-    sha256 = any("sha256" in entry for entry in record.get("files", {}).values())
     if content["type"] == "tree":
-        tree_value = node_value(content["root"]) if value is _NO_VALUE else value
-        files = write_tree(tree_value, directory, durable=durable, sha256=sha256)
+        writer.write_tree(node_value(content["root"]) if value is _NO_VALUE else value)
     elif content["type"] == "json":
-        data = (dump_json(content["value"]) + "\n").encode("utf-8")
-        files = {"value.json": write_small_file(directory / "value.json", data, durable=durable, sha256=sha256)}
+        writer.write_json(content["value"])
     else:
-        files = {}
         for rel, entry in content["files"].items():
-            target = directory / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            files[rel] = write_small_file(target, blob_bytes(entry), durable=durable,
-                                          sha256="sha256" in record.get("files", {}).get(rel, {}))
-    out: dict[str, Any] = {"kind": record["kind"], "kind_version": record["kind_version"], "path": record["path"],
-                           "files": files}
-    for optional in ("hints", "metadata"):
-        if optional in record:
-            out[optional] = record[optional]
-    return out
+            writer.write_file(rel, blob_bytes(entry), sha256="sha256" in recorded.get(rel, {}))
+    # The rendering's hints and metadata go through as given (an empty hints object stays in the manifest).
+    return component_record(kind=record["kind"], kind_version=record["kind_version"], path=record["path"],
+                            files=writer.files, hints=record.get("hints"), metadata=record.get("metadata"))
 
 
 def write_rendering(
@@ -84,14 +76,8 @@ def write_rendering(
                        for name, record in rendering["components"].items()}
         except RenderingError as exc:
             raise UnsupportedValue(str(exc)) from None
-        staged.commit({
-            "format": FORMAT_NAME,
-            "format_version": rendering["format_version"],
-            "checkpoint_id": rendering["checkpoint_id"],
-            "created_at": rendering["created_at"],
-            "producer": dict(producer if producer is not None else rendering["producer"]),
-            "metadata": rendering["metadata"],
-            "extensions": rendering["extensions"],
-            "components": records,
-        })
+        staged.commit(manifest_body(
+            records, checkpoint_id=rendering["checkpoint_id"], created_at=rendering["created_at"],
+            producer=producer if producer is not None else rendering["producer"], metadata=rendering["metadata"],
+            extensions=rendering["extensions"], format_version=rendering["format_version"]))
     return target

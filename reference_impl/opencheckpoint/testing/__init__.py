@@ -1,6 +1,6 @@
 """The OpenCheckpoint test kit, for adapter authors and for testing readers and writers.
 
-Three modules, imported on demand (``import opencheckpoint`` imports none,
+Four modules, imported on demand (``import opencheckpoint`` imports none,
 and this package imports none of them):
 
 * :mod:`opencheckpoint.testing.strategies` — Hypothesis strategies for every
@@ -12,6 +12,8 @@ and this package imports none of them):
 * :mod:`opencheckpoint.testing.adapter_tests` — :class:`AdapterTests`, a pytest
   base class: subclass it as ``TestMyAdapter``, say how to build your live
   object, and inherit the behaviour tests every adapter must pass. Needs ``pytest``.
+* :mod:`opencheckpoint.testing.hostile_zip` — builders of malformed ZIP
+  archives (every header field overridable), to prove a reader rejects them.
 
 >>> from opencheckpoint.testing.compare import assert_tree_equal
 >>> assert_tree_equal((1, "a"), (1, "a"))

@@ -1,8 +1,0 @@
-"""Fixtures for the core bad-input suite (helpers live in ckpt_helpers.py)."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
