@@ -212,9 +212,22 @@ def read_arrays(
 
 
 def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str) -> None:
-    """Read each verified node's bytes into its target (no second check)."""
+    """Read each verified node's bytes into its target, checking them again on the way in.
+
+    The bytes were verified in phase 1 but are read from the file a second time
+    here, so the CRC-32C is recomputed while copying (in cache, at no extra read):
+    a file changed in place between the phases raises
+    :class:`~opencheckpoint.errors.ConcurrentModification` (the targets filled so far,
+    and this one, then hold the new bytes: documented in docs/guarantees.md).
+    """
     for ref, target in deferred:
-        read_verified_into(region, ref, target, file, verify=False)
+        try:
+            read_verified_into(region, ref, target, file, verify=True)
+        except IntegrityError as exc:
+            raise ConcurrentModification(
+                f"{ref.path}: the bytes verified before the restore changed while they were copied in ({exc.message}); "
+                "another process modified the checkpoint in place: live arrays filled from it are partly "
+                "updated, load again", file=file, rule=exc.rule) from None
 
 
 #: Size of the buffer :class:`ScratchVerifier` reads through.
