@@ -158,7 +158,8 @@ class TreePlan:
         if isinstance(value, tuple):
             fields = getattr(type(value), "_fields", None)
             if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
-                if getattr(value, "__dict__", None):  # attributes set on an instance of a subclass
+                # An instance of a named tuple subclass may carry attributes of its own: not stored.
+                if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
                     raise _lost_attributes(value, sorted(vars(value)), path)
                 names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
                 type_name = value.type_name if isinstance(value, NamedTupleValue) else (
