@@ -38,7 +38,7 @@ class Cfg:
 
 def test_big_endian_arrays_and_dtypes_are_refused_at_save(tmp_path: Path) -> None:
     for value in (np.arange(3, dtype=">i4"), np.dtype(">f8")):
-        with pytest.raises(UnsupportedValue, match="big-endian.*newbyteorder"):
+        with pytest.raises(UnsupportedValue, match=r"big-endian.*newbyteorder"):
             Checkpoint(v={"a": value}).save(tmp_path / "c")
         assert not (tmp_path / "c").exists()
 

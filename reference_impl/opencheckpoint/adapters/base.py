@@ -630,7 +630,7 @@ def _rebuild_dataclass(stored: Any, live: Any, path: str, map_location: Any, pro
 
 
 def _holds_dataclass(live: Any) -> bool:
-    """A plain list, tuple or dict with a dataclass instance among its direct items."""
+    """A plain list, tuple or dict with a dataclass instance among its items (at any depth of such containers)."""
     if type(live) in (list, tuple):
         return any(is_dataclass_instance(item) or _holds_dataclass(item) for item in live)
     if type(live) is dict:
@@ -655,8 +655,9 @@ def _rebuild_container(stored: Any, live: Any, path: str, map_location: Any, pro
                       if key in live else conform(item, None, map_location=map_location).value)
                 for key, item in stored.items() if key not in missing}
     if not isinstance(stored, (list, tuple)) or len(stored) != len(live):
-        problems.append(f"{path}: stored {type(stored).__name__} of {len(stored) if isinstance(stored, (list, tuple)) else 1} "
-                        f"items, the live {type(live).__name__} of dataclasses has {len(live)}: kept the live value")
+        count = len(stored) if isinstance(stored, (list, tuple)) else 1
+        problems.append(f"{path}: stored {type(stored).__name__} of {count} items, the live "
+                        f"{type(live).__name__} of dataclasses has {len(live)}: kept the live value")
         return live
     items = [_rebuild_dataclass(item, live_item, f"{path}[{i}]", map_location, problems)
              for i, (item, live_item) in enumerate(zip(stored, live, strict=True))]

@@ -173,7 +173,7 @@ def _autograd_like(value: Any, live: Any) -> Any:
     """
     import torch
 
-    if not isinstance(live, torch.Tensor) or not live.requires_grad and type(live) is not torch.nn.Parameter:
+    if not isinstance(live, torch.Tensor) or (not live.requires_grad and type(live) is not torch.nn.Parameter):
         return value
     grad = live.requires_grad and (value.is_floating_point() or value.is_complex())
     if type(live) is torch.nn.Parameter:
