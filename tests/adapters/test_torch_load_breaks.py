@@ -103,3 +103,13 @@ def test_replacing_a_parameter_or_grad_tensor_keeps_its_autograd_kind(tmp_path: 
     assert type(live["p"]) is torch.nn.Parameter and live["p"].requires_grad
     assert type(live["i"]) is torch.nn.Parameter and not live["i"].requires_grad
     assert live["p"].tolist() == [1.0, 1.0] and live["i"].dtype == torch.int64
+
+
+def test_replay_buffer_of_tensors_restores_into_a_fresh_buffer(tmp_path: Path) -> None:
+    torchrl_data = pytest.importorskip("torchrl.data")
+    buffer = torchrl_data.ReplayBuffer(storage=torchrl_data.ListStorage(10))
+    buffer.extend([torch.ones(2), torch.zeros(2)])
+    Checkpoint(rb=buffer).save(tmp_path / "c")
+    fresh = torchrl_data.ReplayBuffer(storage=torchrl_data.ListStorage(10))
+    Checkpoint(rb=fresh).load(tmp_path / "c")
+    assert len(fresh) == 2 and all(type(item) is torch.Tensor for item in fresh.storage._storage)

@@ -304,7 +304,13 @@ class StateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
-        write_state(writer, value.state_dict())
+        state = value.state_dict()
+        framework = container_framework(state)
+        if framework != "numpy":
+            # A fresh live object (an empty torchrl ReplayBuffer) has no leaf to say what its
+            # stored arrays were: the framework is recorded for them (see read_state).
+            writer.hints["framework"] = framework
+        write_state(writer, state)
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         live = value.state_dict()
@@ -376,8 +382,12 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
             raise IncompatibleComponent("component metadata says the state has attributes, but the stored tree "
                                         "is not {'state': ..., 'attributes': [...]}")
         stored, lifted = stored["state"], stored["attributes"]
+    # Stored arrays with no live counterpart (a fresh object holds no array at all) take the
+    # framework the writer recorded, one of a fixed set; live leaves still decide where they exist.
+    hints = reader.record.hints or {}
+    default = hints.get("framework") if hints.get("framework") in ("torch", "jax") else None
     if framework == "numpy" and live is not None:
-        stored = conform(stored, live, map_location=reader.map_location).value
+        stored = conform(stored, live, map_location=reader.map_location, default=default).value
     for entry in lifted:
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)
                 and type(entry[1]) is str):
@@ -387,7 +397,7 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
             live_owner = _follow(live, path)
             live_value = getattr(live_owner, name, None) if live_owner is not None else None
             if live_value is not None:
-                value = conform(value, live_value, map_location=reader.map_location).value
+                value = conform(value, live_value, map_location=reader.map_location, default=default).value
         stored = _attach(stored, path, name, value)
     return stored
 

@@ -81,11 +81,17 @@ class Conformed:
         self.copies.clear()
 
 
-def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool = False) -> Conformed:
-    """``stored`` (a tree read with NumPy leaves) with each leaf and container shaped like ``live``."""
+def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool = False,
+            default: str | None = None) -> Conformed:
+    """``stored`` (a tree read with NumPy leaves) with each leaf and container shaped like ``live``.
+
+    ``default`` ('torch' or 'jax') is the framework of stored arrays with no live
+    counterpart where the live value holds no framework leaf at all (an empty buffer).
+    """
     from .base import container_framework
 
-    default = leaf_framework(live) or container_framework(live)
+    found = leaf_framework(live) or container_framework(live)
+    default = default if found == "numpy" and default is not None else found
     out = Conformed(None)
     converted: dict[int, Any] = {}  # id(stored array) -> framework array: shared extents stay shared
     out.value = _conform(stored, live, default, map_location, in_place, out, converted)
