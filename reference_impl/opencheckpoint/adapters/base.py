@@ -383,9 +383,13 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
                                         "is not {'state': ..., 'attributes': [...]}")
         stored, lifted = stored["state"], stored["attributes"]
     # Stored arrays with no live counterpart (a fresh object holds no array at all) take the
-    # framework the writer recorded, one of a fixed set; live leaves still decide where they exist.
+    # framework the writer recorded, one of a fixed set and only one the process has already
+    # imported (nothing is imported because a file names it, R-CMP-12); live leaves still decide
+    # where they exist.
     hints = reader.record.hints or {}
-    default = hints.get("framework") if hints.get("framework") in ("torch", "jax") else None
+    default = hints.get("framework")
+    if default not in ("torch", "jax") or default not in sys.modules:
+        default = None
     if framework == "numpy" and live is not None:
         stored = conform(stored, live, map_location=reader.map_location, default=default).value
     for entry in lifted:
