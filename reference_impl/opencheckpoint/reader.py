@@ -207,14 +207,29 @@ def read_arrays(
         flush()
     # Every array passed its checks: only now is any target written.
     if not defer:
-        fill_targets(region, deferred, file)
+        fill_targets(region, deferred, file, verify=verify)
     return by_id
 
 
-def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str) -> None:
-    """Read each verified node's bytes into its target (no second check)."""
+def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str, *,
+                 verify: bool = True) -> None:
+    """Read each verified node's bytes into its target, checking them again on the way in.
+
+    The bytes were verified in phase 1 but are read from the file a second time
+    here, so the CRC-32C is recomputed while copying (in cache, at no extra read):
+    a file changed in place between the phases raises
+    :class:`~opencheckpoint.errors.ConcurrentModification` (the targets filled so far,
+    and this one, then hold the new bytes: documented in docs/guarantees.md).
+    ``verify=False`` (the caller's explicit opt-out) copies without checking.
+    """
     for ref, target in deferred:
-        read_verified_into(region, ref, target, file, verify=False)
+        try:
+            read_verified_into(region, ref, target, file, verify=verify)
+        except IntegrityError as exc:
+            raise ConcurrentModification(
+                f"{ref.path}: the bytes verified before the restore changed while they were copied in ({exc.message}); "
+                "another process modified the checkpoint in place: live arrays filled from it are partly "
+                "updated, load again", file=file, rule=exc.rule) from None
 
 
 #: Size of the buffer :class:`ScratchVerifier` reads through.
@@ -650,7 +665,7 @@ class CheckpointReader:
         def fill() -> Any:
             if deferred:
                 with self.open_region(data_file, size) as region:
-                    fill_targets(region, deferred, data_file)
+                    fill_targets(region, deferred, data_file, verify=verify)
             return _materialize_read(decoded, fresh, get_framework("numpy"), None)
 
         return fill

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import IncompatibleComponent
+from ..errors import IncompatibleComponent, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 from ..manifest_builder import component_record
@@ -80,7 +80,12 @@ class ComponentWriter:
                                      sha256=self.sha256, archive=self.archive, member_prefix=self.member_prefix))
 
     def write_json(self, value: Any) -> None:
-        data = (dump_json(value) + "\n").encode("utf-8")
+        try:
+            data = (dump_json(value) + "\n").encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 file can hold it (R-MAN-5 on read)
+            raise UnsupportedValue(f"a string is not valid Unicode ({exc.reason}): a json component holds "
+                                   "Unicode text only; fix the string, or store bytes in a tree component",
+                                   rule="R-MAN-5") from None
         if self.archive is not None:
             self.archive.add_bytes(f"{self.member_prefix}/value.json", data)
             self.files["value.json"] = small_file_entry(data, sha256=self.sha256)
@@ -325,7 +330,13 @@ class StateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
-        write_state(writer, value.state_dict())
+        state = value.state_dict()
+        framework = container_framework(state)
+        if framework != "numpy":
+            # A fresh live object (an empty torchrl ReplayBuffer) has no leaf to say what its
+            # stored arrays were: the framework is recorded for them (see read_state).
+            writer.hints["framework"] = framework
+        write_state(writer, state)
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         live = value.state_dict()
@@ -402,8 +413,16 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
         stored = reader.plan.apply(stored, reader.name)
         lifted = [e for e in lifted if isinstance(e, list) and e and isinstance(e[0], list)
                   and _follow(stored, e[0]) is not None]
+    # Stored arrays with no live counterpart (a fresh object holds no array at all) take the
+    # framework the writer recorded, one of a fixed set and only one the process has already
+    # imported (nothing is imported because a file names it, R-CMP-12); live leaves still decide
+    # where they exist.
+    hints = reader.record.hints or {}
+    default = hints.get("framework")
+    if default not in ("torch", "jax") or default not in sys.modules:
+        default = None
     if framework == "numpy" and live is not None:
-        stored = conform(stored, live, map_location=reader.map_location).value
+        stored = conform(stored, live, map_location=reader.map_location, default=default).value
     for entry in lifted:
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)
                 and type(entry[1]) is str):
@@ -413,7 +432,7 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
             live_owner = _follow(live, path)
             live_value = getattr(live_owner, name, None) if live_owner is not None else None
             if live_value is not None:
-                value = conform(value, live_value, map_location=reader.map_location).value
+                value = conform(value, live_value, map_location=reader.map_location, default=default).value
         stored = _attach(stored, path, name, value)
     return stored
 
@@ -537,9 +556,14 @@ class TreeAdapter(Adapter):
                 if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
                     if value.flags.writeable and loaded is not value:
                         np.copyto(value, loaded)
-                else:
-                    _refresh_in_place(value, loaded)
-                return loaded
+                    return loaded
+                # The live value decides each leaf and container, whatever the walk above saw: a
+                # tensor or named tuple past its budget, a strided view or memmap the reader could
+                # not fill in place (copied into now), an OrderedDict or torch.Size.
+                conformed = conform(loaded, value, in_place=True)
+                conformed.copy_into_live()
+                _refresh_in_place(value, conformed.value)
+                return conformed.value
 
             return PreparedRestore(apply_numpy)
         # Framework leaves (torch tensors in a plain dict): the live leaf's type decides what
@@ -632,6 +656,8 @@ def _dataclass_tree(value: Any) -> Any:
 
 def _rebuild_dataclass(stored: Any, live: Any, path: str, map_location: Any, problems: list[str]) -> Any:
     if not is_dataclass_instance(live):
+        if _holds_dataclass(live):
+            return _rebuild_container(stored, live, path, map_location, problems)
         return conform(stored, live, map_location=map_location).value
     if not isinstance(stored, dict):
         problems.append(f"{path}: stored {type(stored).__name__}, the live value is a {type(live).__qualname__}")
@@ -646,6 +672,41 @@ def _rebuild_dataclass(stored: Any, live: Any, path: str, map_location: Any, pro
             object.__setattr__(rebuilt, name, _rebuild_dataclass(stored[name], getattr(live, name),
                                                                   f"{path}.{name}", map_location, problems))
     return rebuilt
+
+
+def _holds_dataclass(live: Any) -> bool:
+    """A plain list, tuple or dict with a dataclass instance among its items (at any depth of such containers)."""
+    if type(live) in (list, tuple):
+        return any(is_dataclass_instance(item) or _holds_dataclass(item) for item in live)
+    if type(live) is dict:
+        return any(is_dataclass_instance(item) or _holds_dataclass(item) for item in live.values())
+    return False
+
+
+def _rebuild_container(stored: Any, live: Any, path: str, map_location: Any, problems: list[str]) -> Any:
+    """Dataclasses inside a list, tuple or dict field come back as the live items' types, item by item.
+
+    The stored tree holds their fields as dicts: only a live dataclass at the same
+    place can give the type back, so an item without one is a problem (raised under
+    ``strict="error"``) rather than a dict passed off as the dataclass.
+    """
+    if type(live) is dict:
+        if not isinstance(stored, dict):
+            problems.append(f"{path}: stored {type(stored).__name__}, the live value is a dict")
+            return live
+        missing = [key for key in stored if key not in live and isinstance(stored[key], dict)]
+        problems += [f"{path}[{key!r}]: no live dataclass to rebuild the stored item into" for key in missing]
+        return {key: (_rebuild_dataclass(item, live[key], f"{path}[{key!r}]", map_location, problems)
+                      if key in live else conform(item, None, map_location=map_location).value)
+                for key, item in stored.items() if key not in missing}
+    if not isinstance(stored, (list, tuple)) or len(stored) != len(live):
+        count = len(stored) if isinstance(stored, (list, tuple)) else 1
+        problems.append(f"{path}: stored {type(stored).__name__} of {count} items, the live "
+                        f"{type(live).__name__} of dataclasses has {len(live)}: kept the live value")
+        return live
+    items = [_rebuild_dataclass(item, live_item, f"{path}[{i}]", map_location, problems)
+             for i, (item, live_item) in enumerate(zip(stored, live, strict=True))]
+    return items if type(live) is list else tuple(items)
 
 
 def _refresh_in_place(value: Any, loaded: Any) -> None:

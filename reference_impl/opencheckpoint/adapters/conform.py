@@ -81,11 +81,17 @@ class Conformed:
         self.copies.clear()
 
 
-def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool = False) -> Conformed:
-    """``stored`` (a tree read with NumPy leaves) with each leaf and container shaped like ``live``."""
+def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool = False,
+            default: str | None = None) -> Conformed:
+    """``stored`` (a tree read with NumPy leaves) with each leaf and container shaped like ``live``.
+
+    ``default`` ('torch' or 'jax') is the framework of stored arrays with no live
+    counterpart where the live value holds no framework leaf at all (an empty buffer).
+    """
     from .base import container_framework
 
-    default = leaf_framework(live) or container_framework(live)
+    found = leaf_framework(live) or container_framework(live)
+    default = default if found == "numpy" and default is not None else found
     out = Conformed(None)
     converted: dict[int, Any] = {}  # id(stored array) -> framework array: shared extents stay shared
     out.value = _conform(stored, live, default, map_location, in_place, out, converted)
@@ -155,23 +161,48 @@ def _leaf(stored: Any, live: Any, default: str, map_location: Any, in_place: boo
         from .frameworks import get_framework
 
         where = map_location
-        if where is None and live is not _ABSENT and framework == "torch":
-            where = live.device if live.device.type != "cpu" else None
+        if where is None and framework == "torch" and leaf_framework(live) == "torch":
+            # Only a live tensor has a device to follow (a None or float placeholder has none).
+            device = getattr(live, "device", None)
+            where = device if device is not None and device.type != "cpu" else None
         value = converted[id(stored)] = get_framework(framework).array(stored, map_location=where)
+    if framework == "torch" and leaf_framework(live) == "torch":
+        value = _autograd_like(value, live)
     return value
+
+
+def _autograd_like(value: Any, live: Any) -> Any:
+    """A new tensor replacing a live ``nn.Parameter`` is one, and keeps the live ``requires_grad``.
+
+    The format stores values, not autograd state: only the live leaf can say a tensor
+    is a parameter or requires grad (integer tensors cannot, and are left as they are).
+    """
+    import torch
+
+    if not isinstance(live, torch.Tensor) or (not live.requires_grad and type(live) is not torch.nn.Parameter):
+        return value
+    grad = live.requires_grad and (value.is_floating_point() or value.is_complex())
+    if type(live) is torch.nn.Parameter:
+        return torch.nn.Parameter(value, requires_grad=grad)
+    return value.detach().requires_grad_(grad)
 
 
 def _fits(live: Any, stored: np.ndarray, framework: str) -> bool:
     """Whether ``stored`` can be copied into ``live`` as it is (exact shape and dtype, writable)."""
     if framework == "numpy":
-        return (type(live) is np.ndarray and live.shape == stored.shape and live.dtype == stored.dtype
-                and live.flags.writeable and stored.size > 0)
+        # A strided view or an np.memmap is written into like any array (np.copyto takes any layout);
+        # other subclasses (masked arrays, matrices) are replaced: their extra state is not stored.
+        return (type(live) in (np.ndarray, np.memmap) and live is not stored and live.shape == stored.shape
+                and live.dtype == stored.dtype and live.flags.writeable and stored.size > 0)
     if framework != "torch" or live is _ABSENT:
         return False
     import torch
 
     from .torch import TORCH_DTYPE_NAMES
 
+    # copy_ refuses a tensor whose elements share memory (an expanded view, stride 0): checked here, in
+    # phase 1, so phase 2 cannot fail after another component was written. Such a tensor is replaced.
     return (type(live) in (torch.Tensor, torch.nn.Parameter) and tuple(live.shape) == stored.shape
             and TORCH_DTYPE_NAMES.get(live.dtype) == dtype_name(stored.dtype)
-            and not live.is_inference() and stored.size > 0)
+            and not live.is_inference() and stored.size > 0
+            and torch._debug_has_internal_overlap(live) != 1)  # 1: MemOverlap::Yes (copy_ raises)

@@ -133,6 +133,9 @@ def _check_has_host_data(tensor: torch.Tensor) -> None:
             fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
         raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
                                f"its own storage; {fix}", rule="R-WTR-3")
+    if tensor._is_zerotensor():  # an autograd placeholder for zeros: it has no storage to read
+        raise UnsupportedValue("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
+                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead", rule="R-WTR-3")
     if tensor.device.type == "meta":
         raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
                                "e.g. module.to_empty(device='cpu') and initialize or load it)", rule="R-WTR-3")
@@ -322,6 +325,36 @@ def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None
         if not isinstance(params, list) or len(params) != len(live["params"]):
             raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the "
                                         "size of the optimizer's group")
+        for stored_id, param in zip(params, live["params"], strict=True):
+            _check_param_state(optimizer, state["state"].get(stored_id), param, prefix + f"group {index}: ")
+
+
+#: Optimizer state entries shaped like their parameter in torch's built-in optimizers (Adam, AdamW, SGD,
+#: RMSprop, Adagrad, Adadelta, NAdam, RAdam, Adamax): checked even before the live optimizer has state.
+_PARAM_SHAPED = frozenset({"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta",
+                           "sum", "exp_inf", "grad_avg"})
+
+
+def _check_param_state(optimizer: torch.optim.Optimizer, stored: Any, param: torch.Tensor, prefix: str) -> None:
+    """A parameter's stored state tensors have the shapes its live state (or the parameter) gives them.
+
+    ``Optimizer.load_state_dict`` accepts any shapes and the next ``step()`` fails (or
+    broadcasts silently): a state saved for other parameters is refused before anything
+    is restored. Where the live optimizer has state for the parameter, each entry's shape
+    is compared with it; otherwise the entries known to be shaped like the parameter are.
+    """
+    if not isinstance(stored, dict):
+        return
+    live_state = optimizer.state.get(param, {})
+    for key, value in stored.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        theirs = live_state.get(key)
+        expected = theirs.shape if isinstance(theirs, torch.Tensor) else param.shape if key in _PARAM_SHAPED else None
+        if expected is not None and value.shape != expected:
+            raise IncompatibleComponent(prefix + f"state {key!r} has shape {list(value.shape)}, the parameter "
+                                        f"{list(param.shape)} needs {list(expected)} (a state saved for other "
+                                        "parameters)")
 
 
 class GeneratorAdapter(Adapter):
@@ -409,6 +442,7 @@ class ModuleAdapter(Adapter):
                                         + "; ".join(problems) + suggest(missing, unexpected, dtype_only))
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
+        _check_writable(value, own, matching)
         matching._metadata = _stored_version_metadata(reader, own)  # type: ignore[attr-defined]  # torch's convention
         name = reader.name
 
@@ -423,6 +457,27 @@ class ModuleAdapter(Adapter):
                               + "; ".join(problems), stacklevel=5)
 
         return PreparedRestore(apply)
+
+
+def _check_writable(module: torch.nn.Module, own: Any, matching: Any) -> None:
+    """Refuse, in phase 1, live tensors ``load_state_dict`` cannot copy into (it would fail in phase 2).
+
+    An inference tensor (a module built under ``torch.inference_mode()``) cannot be written
+    outside that mode, and ``copy_`` refuses a tensor whose elements share memory (an
+    expanded buffer, stride 0).
+    """
+    for key in matching:
+        tensor = own[key]
+        if not isinstance(tensor, torch.Tensor) or not tensor.numel():
+            continue
+        if tensor.is_inference():
+            reason = "is an inference tensor (built under torch.inference_mode()): build the module outside it"
+        elif torch._debug_has_internal_overlap(tensor) == 1:  # MemOverlap::Yes
+            reason = "has elements sharing memory (an expanded view): register a real tensor (.clone())"
+        else:
+            continue
+        raise IncompatibleComponent(f"{type(module).__name__}.{key} cannot be written in place: it {reason}; "
+                                    "nothing was restored")
 
 
 #: Component metadata key holding a module state dict's ``_metadata`` (per-submodule versions).

@@ -168,6 +168,9 @@ class TreePlan:
         if isinstance(value, tuple):
             fields = getattr(type(value), "_fields", None)
             if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
+                # An instance of a named tuple subclass may carry attributes of its own: not stored.
+                if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
+                    raise _lost_attributes(value, sorted(vars(value)), path)
                 names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
                 type_name = value.type_name if isinstance(value, NamedTupleValue) else (
                     f"{type(value).__module__}.{type(value).__qualname__}")
@@ -183,13 +186,16 @@ class TreePlan:
         if kind is complex:
             return [_MARK[Tag.COMPLEX], value.real, value.imag]
         if isinstance(value, np.ndarray):
-            return self._array(np.asarray(value), path)
+            return self._array(_plain_array(value, path), path)
         if isinstance(value, PRNGKeyValue):
             return self._prng_key(value, path)
         if isinstance(value, DtypeValue):
             return [_MARK[Tag.DTYPE], value.name]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
-            return [_MARK[Tag.DTYPE], dtype_name(np.dtype(value))]
+            dtype = np.dtype(value)
+            if dtype.byteorder == ">":
+                raise _big_endian(dtype, path)
+            return [_MARK[Tag.DTYPE], dtype_name(dtype)]
         if self._convert is not None:
             try:
                 replacement = self._convert(value)
@@ -292,7 +298,8 @@ class TreePlan:
             raise LimitExceeded(f"array has {array.ndim} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
                                 rule="R-LIM-13")
         if swapped:
-            array = array.astype(array.dtype.newbyteorder("<"))
+            # Spec dtypes are little-endian: a byte-swapped copy would come back as another dtype.
+            raise _big_endian(array.dtype, path)
         flags = array.flags
         if not flags.c_contiguous:
             array = np.ascontiguousarray(array)
@@ -427,6 +434,37 @@ def _lost_subclass(value: Any, path: str) -> UnsupportedValue:
         f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
         f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
         "or register an adapter for it", field=path, rule="R-WTR-3")
+
+
+def _plain_array(value: np.ndarray, path: str) -> np.ndarray:
+    """An ndarray subclass's data, where nothing but the buffer would be lost; otherwise refused.
+
+    ``np.memmap`` is only where the bytes live (it comes back as an ndarray, and a
+    live memmap target is written in place); a masked array's mask, a matrix's or a
+    record array's type would be lost silently (R-WTR-3).
+    """
+    if isinstance(value, np.memmap):
+        return np.asarray(value)
+    kind = type(value)
+    fix = ("store its .data and .mask (np.ma.getmaskarray(value)) as two arrays" if isinstance(value, np.ma.MaskedArray)
+           else "store np.asarray(value) and rebuild the type when loading")
+    raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
+                           f"plain numpy.ndarray; {fix}", field=path, rule="R-WTR-3")
+
+
+def _big_endian(dtype: np.dtype, path: str) -> UnsupportedValue:
+    return UnsupportedValue(
+        f"cannot store the big-endian dtype {dtype.str!r}: spec dtypes are little-endian, so it would come back as "
+        f"{dtype.newbyteorder('<').str!r}; store value.astype(value.dtype.newbyteorder('<')) (or the dtype "
+        "newbyteorder('<'))", field=path, rule="R-WTR-3")
+
+
+def _lost_attributes(value: Any, attributes: list[str], path: str) -> UnsupportedValue:
+    kind = type(value)
+    return UnsupportedValue(
+        f"cannot store this {kind.__module__}.{kind.__qualname__}: its attribute{'s' if len(attributes) > 1 else ''} "
+        f"{', '.join(attributes)} would be lost (only the fields are stored); store them as fields or beside it",
+        field=path, rule="R-WTR-3")
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:
