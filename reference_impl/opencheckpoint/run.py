@@ -38,8 +38,8 @@ from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
-from .container.debris import clean_debris, release, working_path
-from .container.publish import remove_tree
+from .container.debris import release, working_path
+from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from .location import local_path

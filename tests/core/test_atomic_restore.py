@@ -21,7 +21,7 @@ from opencheckpoint import ArrayLayoutError, Checkpoint, IntegrityError, open_ch
 from opencheckpoint.container.archive import ArchiveSource
 from opencheckpoint.container.base import FileRegion
 from opencheckpoint.container.directory import DirectorySource
-from opencheckpoint.reader import ScratchVerifier
+from opencheckpoint.arrays import ScratchVerifier
 from opencheckpoint.tree.nodes import ArrayRef
 
 FORMS = ["directory", "archive"]

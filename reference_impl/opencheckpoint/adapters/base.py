@@ -143,7 +143,7 @@ class ComponentReader:
         """
         if not self.verify:
             return
-        from ..reader import ScratchVerifier  # reader imports this package: import when used
+        from ..arrays import ScratchVerifier
 
         record = self.record
         if record.kind == "tree":

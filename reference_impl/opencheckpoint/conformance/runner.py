@@ -22,13 +22,14 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,6 +113,8 @@ class Outcome:
     detail: str = ""
     spec_sections: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Advisory, never a failure: e.g. the rule ID reported is not among those the case cites.
+    advisory: str = ""
 
     @property
     def ok(self) -> bool:
@@ -263,7 +266,30 @@ def run_reader_case(case: Case, command: Command, skip: dict[str, str]) -> Outco
                 outcome.detail = f"the error message lacks {missing}: {_first_line(done.stderr)}"
             else:
                 outcome.detail = _first_line(done.stderr)
+                outcome.advisory = rule_advisory(outcome.detail, case.meta.spec_sections)
     return outcome
+
+
+#: A rule ID at the end of a protocol error line (``... [R-ZIP-24]``), optional in the protocol.
+_REPORTED_RULE = re.compile(r"\[(R-[A-Z]+-[0-9]+)\]\s*$")
+
+
+def rule_advisory(line: str, cited: Sequence[str]) -> str:
+    """Why the rule ID an implementation reported is not among the requirement IDs the case cites ("" if it is).
+
+    Advisory only: the protocol judges the error class; a mismatch usually means a mislabelled check
+    (or a case that should cite one more rule).
+
+    >>> rule_advisory("error: ArchiveError: x.zip: gap [R-ZIP-20]", ["R-ZIP-24"])
+    'reported rule R-ZIP-20; the case cites R-ZIP-24'
+    >>> rule_advisory("error: ArchiveError: x.zip: gap [R-ZIP-24]", ["R-ZIP-24", "3.3"])
+    ''
+    """
+    match = _REPORTED_RULE.search(line)
+    rules = [section for section in cited if section.startswith("R-")]
+    if match is None or not rules or match.group(1) in rules:
+        return ""
+    return f"reported rule {match.group(1)}; the case cites {', '.join(rules)}"
 
 
 def run_writer_case(case: Case, command: Command, skip: dict[str, str], workdir: Path) -> Outcome:
@@ -365,6 +391,8 @@ class Report:
                     ET.SubElement(test, "skipped", message=o.detail[:500])
                 elif o.status == "known-failure":
                     ET.SubElement(test, "skipped", message=f"known failure: {o.detail}"[:500])
+                if o.advisory:
+                    ET.SubElement(test, "system-out").text = f"advisory: {o.advisory}"
         return ET.ElementTree(suites)
 
 
@@ -470,6 +498,8 @@ def print_report(report: Report, *, quiet: bool = False, file: Any = None) -> No
     for o in report.outcomes:
         if o.status == "known-failure":
             console.print(f"[magenta]known failure[/] {o.mode} {o.case}: {o.detail}", markup=True)
+        if o.advisory:
+            console.print(f"[cyan]advisory[/] {o.mode} {o.case}: {o.advisory}", markup=True)
     verdict = "[green]PASS[/]" if report.ok else "[bold red]FAIL[/]"
     console.print(f"{verdict}: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
                   f"{counts['known-failure']} known failures ({len({o.case for o in report.outcomes})} cases)")
@@ -500,7 +530,3 @@ def main_from_args(args: argparse.Namespace) -> int:
     print_report(report, quiet=args.quiet)
     return 0 if report.ok else 1
 
-
-def iter_outcomes(report: Report, status: Status) -> Iterable[Outcome]:
-    """Outcomes with one status (for tests and plugins)."""
-    return (o for o in report.outcomes if o.status == status)

@@ -22,7 +22,7 @@ only when nothing in the entry has been modified for :data:`STALE_AFTER_S`.
 
 Only entries of this naming whose writer is gone, and whose content is what a
 writer of ours puts there (a regular file, or a directory holding nothing but
-``manifest.json`` and ``components``), are ever removed (:func:`clean_debris`).
+``manifest.json`` and ``components``), are ever removed (:func:`.publish.clean_debris`).
 """
 
 from __future__ import annotations
@@ -195,25 +195,3 @@ def removable(entry: Debris) -> bool:
     if entry.kind == "old" and not os.path.lexists(entry.path.parent / entry.target_name):
         return False  # the only copy of the checkpoint while its name is missing (R-PUB-13)
     return holds_only_our_files(entry.path) and writer_gone(entry)
-
-
-def clean_debris(directory: Path) -> list[Path]:
-    """Remove every removable debris entry directly in ``directory``; return what was removed."""
-    from .publish import remove_tree  # publish imports this module: import at call time
-
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    removed: list[Path] = []
-    for name in sorted(names):
-        if not name.startswith("."):
-            continue
-        entry = parse(directory / name)
-        if entry is None or not removable(entry):
-            continue
-        remove_tree(entry.path)
-        if not os.path.lexists(entry.path):
-            removed.append(entry.path)
-            logger.info("removed %s (debris of a save whose writer is gone)", entry.path)
-    return removed

@@ -33,7 +33,8 @@ from ..errors import CheckpointError, TargetExists
 from ..manifest import MANIFEST_NAME
 from ..models import FORMAT_NAME
 from ..strict_json import parse_ijson
-from .base import old_candidates, open_source
+from .base import old_candidates
+from .opener import open_source
 
 
 def not_a_checkpoint_reason(path: Path) -> str | None:
