@@ -52,8 +52,8 @@ from .migrations import DEFAULT_CHAIN, MigrationChainRunner
 from .models import FORMAT_NAME, ComponentRecord, Extension, FileEntry, Manifest, Producer
 from .models import MANIFEST_NAME as MANIFEST_NAME  # re-exported: most modules import it from here
 from .paths import ascii_fold, conflict_errors, path_grammar_error, path_limit_error
-from .rules.v1 import V1
 from .rules.v1 import KIND_FILES as KIND_FILES  # re-exported: the test kit reads it from here
+from .rules.v1 import V1
 from .rules.v1 import timestamp_error as timestamp_error
 
 SUFFIX_LENGTH: Final = 32

@@ -47,6 +47,18 @@ RelPath = Annotated[str, Field(pattern=PATH_PATTERN, max_length=1024)]
 JsonObject = dict[str, Any]
 
 
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _optional(description: str) -> Any:
+    """An optional member: absent or of its type in the file (never ``null``), None in the typed view.
+
+    The schema shows neither ``null`` nor a ``null`` default, so it rejects what the text rejects.
+    """
+    return Field(default=None, description=description, json_schema_extra=_drop_default)
+
+
 class _Document(BaseModel):
     """Base: closed member sets, strict types (no "1" -> 1 coercion), frozen values."""
 
@@ -60,8 +72,8 @@ class FileEntry(_Document):
 
     size: Size = Field(description="File size in bytes.")
     crc32c: str = Field(pattern=CRC32C_PATTERN, description="CRC-32C of the file, 8 lowercase hex digits.")
-    sha256: str | SkipJsonSchema[None] = Field(
-        default=None, pattern=SHA256_PATTERN, description="Optional SHA-256 of the file, 64 lowercase hex digits."
+    sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | SkipJsonSchema[None] = _optional(
+        "Optional SHA-256 of the file, 64 lowercase hex digits."
     )
 
 
@@ -80,12 +92,10 @@ class ComponentRecord(_Document):
         description="File name relative to 'path' -> size and checksums.",
         json_schema_extra={"propertyNames": {"pattern": PATH_PATTERN, "maxLength": 1024}},
     )
-    hints: dict[str, str] | SkipJsonSchema[None] = Field(
-        default=None, description="Informational strings (class name, framework). Never interpreted."
+    hints: dict[str, str] | SkipJsonSchema[None] = _optional(
+        "Informational strings (class name, framework). Never interpreted."
     )
-    metadata: JsonObject | SkipJsonSchema[None] = Field(
-        default=None, description="Free JSON metadata of the component."
-    )
+    metadata: JsonObject | SkipJsonSchema[None] = _optional("Free JSON metadata of the component.")
 
 
 class Extension(_Document):
@@ -105,8 +115,8 @@ class Producer(_Document):
 
     name: str = Field(min_length=1, max_length=128)
     version: str = Field(min_length=1, max_length=128)
-    environment: dict[str, str] | SkipJsonSchema[None] = Field(
-        default=None, description="Versions of the runtime (python, numpy, torch, jax...)."
+    environment: dict[str, str] | SkipJsonSchema[None] = _optional(
+        "Versions of the runtime (python, numpy, torch, jax...)."
     )
 
 
