@@ -86,77 +86,95 @@ def read_arrays(
     targets being filled (verified or not): the caller fills them later with
     :func:`fill_targets` (phase 2 of a restore across components).
     """
-    by_id: dict[int, np.ndarray] = {}
-    by_extent: dict[tuple[Any, ...], list[int]] = {}
-    batch: list[tuple[list[int], ArrayRef]] = []
-    start = end = 0
-    verifier = ScratchVerifier(region, file) if verify and targets else None
-    defer = deferred is not None
+    reads = _ArrayReads(region, file, verify=verify, scratch=bool(verify and targets), deferred=deferred)
+    for ref in refs:
+        if not ref.nbytes:
+            reads.by_id[id(ref)] = _empty(ref, file)
+            continue
+        target = targets.get(id(ref)) if targets else None
+        if target is not None:
+            reads.into_target(ref, target)
+        else:
+            reads.fresh(ref)
+    reads.flush()
+    # Every array passed its checks: only now is any target written.
     if deferred is None:
-        deferred = []
+        fill_targets(region, reads.deferred, file)
+    return reads.by_id
 
-    def flush() -> None:
-        raw = bytearray(end - start)
-        region.readinto(raw, start)
+
+class _ArrayReads:
+    """The state of one :func:`read_arrays` call: arrays read so far, the pending batch, deferred targets."""
+
+    def __init__(self, region: FileRegion, file: str, *, verify: bool, scratch: bool,
+                 deferred: list[tuple[ArrayRef, np.ndarray]] | None) -> None:
+        self.region = region
+        self.file = file
+        self.verify = verify
+        self.by_id: dict[int, np.ndarray] = {}
+        self.by_extent: dict[tuple[Any, ...], list[int]] = {}
+        self.batch: list[tuple[list[int], ArrayRef]] = []
+        self.start = self.end = 0  # the file extent the batch covers
+        self.verifier = ScratchVerifier(region, file) if scratch else None
+        #: The caller fills the targets later (phase 2 of a restore) instead of this call.
+        self.defer = deferred is not None
+        self.deferred: list[tuple[ArrayRef, np.ndarray]] = deferred if deferred is not None else []
+
+    def flush(self) -> None:
+        """Read the pending run of small arrays with one call; each becomes a view of its bytes."""
+        if not self.batch:
+            return
+        raw = bytearray(self.end - self.start)
+        self.region.readinto(raw, self.start)
         view = memoryview(raw)
-        for ids, ref in batch:
-            first = ref.offset - start
-            if verify:
-                _check_crc(_crc32c(view[first : first + ref.nbytes]), ref, file)
+        for ids, ref in self.batch:
+            first = ref.offset - self.start
+            if self.verify:
+                _check_crc(_crc32c(view[first : first + ref.nbytes]), ref, self.file)
             dtype = _numpy_dtype(ref.dtype)
             array = np.frombuffer(raw, dtype=dtype, count=ref.nbytes // dtype.itemsize, offset=first)
             if len(ref.shape) != 1:
                 array = array.reshape(ref.shape)
-            if verify and ref.dtype == "bool":
-                _check_bool(array, ref, file)
+            if self.verify and ref.dtype == "bool":
+                _check_bool(array, ref, self.file)
             for ident in ids:
-                by_id[ident] = array
-        batch.clear()
+                self.by_id[ident] = array
+        self.batch.clear()
 
-    for ref in refs:
+    def into_target(self, ref: ArrayRef, target: np.ndarray) -> None:
+        """A node with an existing array to fill: verified now (scratch buffer), filled now or later."""
+        self.flush()
+        if self.verifier is not None or self.defer:
+            if self.verifier is not None:
+                self.verifier.verify(ref)
+            self.deferred.append((ref, target))
+        else:
+            read_verified_into(self.region, ref, target, self.file, verify=self.verify)
+        self.by_id[id(ref)] = target
+
+    def fresh(self, ref: ArrayRef) -> None:
+        """A node that gets a fresh array: an alias of one read already, part of a batch, or read alone."""
         nbytes = ref.nbytes
-        if not nbytes:
-            by_id[id(ref)] = _empty(ref, file)
-            continue
-        target = targets.get(id(ref)) if targets else None
-        if target is not None:
-            if batch:
-                flush()
-            if verifier is not None or defer:
-                if verifier is not None:
-                    verifier.verify(ref)
-                deferred.append((ref, target))
-            else:
-                read_verified_into(region, ref, target, file, verify=verify)
-            by_id[id(ref)] = target
-            continue
         key = (ref.offset, nbytes, ref.dtype, ref.shape)
-        ids = by_extent.get(key)
+        ids = self.by_extent.get(key)
         if ids is not None:  # an alias of an array read (or being read) already
             ids.append(id(ref))
-            if ids[0] in by_id:
-                by_id[id(ref)] = by_id[ids[0]]
-            continue
-        ids = by_extent[key] = [id(ref)]
+            if ids[0] in self.by_id:
+                self.by_id[id(ref)] = self.by_id[ids[0]]
+            return
+        ids = self.by_extent[key] = [id(ref)]
         if nbytes <= _SMALL_BYTES:
-            if batch and (ref.offset < end or ref.offset + nbytes - start > _BATCH_BYTES):
-                flush()
-            if not batch:
-                start = ref.offset
-            batch.append((ids, ref))
-            end = ref.offset + nbytes
-            continue
-        if batch:
-            flush()
+            if self.batch and (ref.offset < self.end or ref.offset + nbytes - self.start > _BATCH_BYTES):
+                self.flush()
+            if not self.batch:
+                self.start = ref.offset
+            self.batch.append((ids, ref))
+            self.end = ref.offset + nbytes
+            return
+        self.flush()
         array = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
-        read_verified_into(region, ref, array, file, verify=verify)
-        by_id[id(ref)] = array
-    if batch:
-        flush()
-    # Every array passed its checks: only now is any target written.
-    if not defer:
-        fill_targets(region, deferred, file)
-    return by_id
+        read_verified_into(self.region, ref, array, self.file, verify=self.verify)
+        self.by_id[id(ref)] = array
 
 
 def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str) -> None:
