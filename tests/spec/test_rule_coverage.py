@@ -58,7 +58,7 @@ SPREAD = frozenset({
     "R-ARR-4", "R-CHK-6", "R-CON-1", "R-CON-2", "R-CON-3", "R-CON-4", "R-DT-1", "R-LIM-1", "R-LIM-10", "R-LIM-11",
     "R-LIM-13", "R-LIM-18", "R-MAN-3", "R-PATH-1", "R-PUB-10", "R-PUB-11", "R-PUB-12", "R-PUB-16", "R-TREE-1",
     "R-TREE-10", "R-TREE-15", "R-TREE-17", "R-TREE-25", "R-TREE-26", "R-TREE-27", "R-TREE-28", "R-TREE-9",
-    "R-WTR-3", "R-ZIP-15", "R-ZIP-16", "R-ZIP-19", "R-ZIP-2", "R-ZIP-3", "R-ZIP-4", "R-ZIP-5",
+    "R-WTR-3", "R-ZIP-15", "R-ZIP-19", "R-ZIP-2", "R-ZIP-3", "R-ZIP-4",
 })
 
 

@@ -258,12 +258,28 @@ def read_central_entry(directory: bytes, position: int, index: int, where: str) 
     return member, end
 
 
+def stored_error(method: int, name: str, field: str) -> ArchiveError | None:
+    """R-ZIP-5: a member is STORED (compression method 0), in its central entry and its local header."""
+    if method == 0:
+        return None
+    return ArchiveError(f"compression method {method}; members are STORED (0)", file=name, field=field,
+                        rule="R-ZIP-5")
+
+
+def unicode_path_error(extra: bytes, name: str, field: str) -> ArchiveError | None:
+    """R-ZIP-16: no Info-ZIP Unicode Path extra field, in the central entry or the local header."""
+    if _UNICODE_PATH_EXTRA not in _extra_fields(extra):
+        return None
+    return ArchiveError("Info-ZIP Unicode Path extra field (0x7075) is not allowed", file=name, field=field,
+                        rule="R-ZIP-16")
+
+
 def central_entry_error(member: Member) -> CheckpointError | None:
     """The first of R-ZIP-5, 6, 7-9, 16, 17 that a central directory entry breaks."""
     name = member.name
-    if member.method != 0:
-        return ArchiveError(f"compression method {member.method}; members are STORED (0)", file=name,
-                            field=member.where("compression method"), rule="R-ZIP-5")
+    error = stored_error(member.method, name, member.where("compression method"))
+    if error is not None:
+        return error
     if member.csize != member.size:
         return ArchiveError(f"compressed size {member.csize} differs from size {member.size}", file=name,
                             field=member.where("compressed size"), rule="R-ZIP-6")
@@ -271,9 +287,9 @@ def central_entry_error(member: Member) -> CheckpointError | None:
         if member.flags & bit:
             return ArchiveError(f"general purpose bit {what} is set", file=name,
                                 field=member.where("general purpose flags"), rule=rule)
-    if _UNICODE_PATH_EXTRA in _extra_fields(member.extra):
-        return ArchiveError("Info-ZIP Unicode Path extra field (0x7075) is not allowed", file=name,
-                            field=member.where("extra field 0x7075"), rule="R-ZIP-16")
+    error = unicode_path_error(member.extra, name, member.where("extra field 0x7075"))
+    if error is not None:
+        return error
     if member.made_by >> 8 == 3 and (member.external >> 28) not in (0, 8):
         return UnsafePath(f"UNIX file type {member.external >> 28:#x} is not a regular file", file=name,
                           field=member.where("external attributes"), rule="R-ZIP-17")
@@ -317,9 +333,9 @@ def _local_fields_error(member: Member, where: str, fields: tuple[int, int, int,
     """R-ZIP-5, 7-9, 12, 13, 14, 16 on the fields of a local header (against its central entry)."""
     name = member.name
     flags, method, crc, csize, usize = fields
-    if method != 0:
-        return ArchiveError(f"compression method {method}; members are STORED (0)", file=name,
-                            field=f"{where}: compression method", rule="R-ZIP-5")
+    error = stored_error(method, name, f"{where}: compression method")
+    if error is not None:
+        return error
     for bit, rule, what in _FORBIDDEN_FLAGS:
         if flags & bit:
             return ArchiveError(f"general purpose bit {what} is set", file=name,
@@ -338,7 +354,4 @@ def _local_fields_error(member: Member, where: str, fields: tuple[int, int, int,
     if (sizes["uncompressed size"], sizes["compressed size"]) != (member.size, member.csize):
         return ArchiveError("local header sizes differ from the central directory entry's", file=name,
                             field=f"{where}: sizes", rule="R-ZIP-14")
-    if _UNICODE_PATH_EXTRA in _extra_fields(local_extra):
-        return ArchiveError("Info-ZIP Unicode Path extra field (0x7075) is not allowed", file=name,
-                            field=f"{where}: extra field 0x7075", rule="R-ZIP-16")
-    return None
+    return unicode_path_error(local_extra, name, f"{where}: extra field 0x7075")
