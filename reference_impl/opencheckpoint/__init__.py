@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .arrays import LazyArray
 from .checkpoint import Checkpoint, LoadResult
 from .converters import ConversionError, ExportResult, convert, export
 from .diffing import DiffReport, diff
@@ -35,7 +36,7 @@ from .errors import (
     UnsupportedValue,
     UnsupportedVersion,
 )
-from .reader import CheckpointReader, LazyArray, open_checkpoint, read_component
+from .reader import CheckpointReader, open_checkpoint, read_component
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
 from .validate import ValidationReport, validate
 

@@ -23,6 +23,35 @@ from __future__ import annotations
 from typing import Any
 
 
+def format_error(error_class: str, file: str | None, field: str | None, message: str, rule: str | None) -> str:
+    """The one text form of an error, everywhere: ``Class: file: field: message [rule]``.
+
+    Used by :class:`CheckpointError`, ``validate``'s issues and the conformance protocol's
+    ``error:`` line, so the three never drift apart.
+
+    >>> format_error("TreeError", "a/tree.msgpack", None, "trailing bytes", "R-TREE-3")
+    'TreeError: a/tree.msgpack: trailing bytes [R-TREE-3]'
+    """
+    text = ": ".join(part for part in (error_class, file, field, message) if part)
+    return f"{text} [{rule}]" if rule else text
+
+
+def _without_class_prefix(message: str) -> str:
+    """A message never repeats a class name ("IncompatibleComponent: IncompatibleComponent: ...").
+
+    A message made from another error's text (``str(exc)``) starts with that error's class name;
+    :func:`format_error` adds the class of the new error, so the old one is dropped here.
+
+    >>> _without_class_prefix("IncompatibleComponent: model: shape differs")
+    'model: shape differs'
+    """
+    head, sep, rest = message.partition(": ")
+    while sep and head in ERROR_CLASSES:
+        head, sep, rest = rest.partition(": ")
+        message = f"{head}{sep}{rest}"
+    return message
+
+
 class CheckpointError(Exception):
     """Root of every error raised by OpenCheckpoint.
 
@@ -48,6 +77,7 @@ class CheckpointError(Exception):
         rule: str | None = None,
         result: Any = None,
     ) -> None:
+        message = _without_class_prefix(message)
         super().__init__(message)
         self.message = message
         self.file = file
@@ -68,16 +98,7 @@ class CheckpointError(Exception):
         return self
 
     def __str__(self) -> str:
-        parts = [f"{type(self).error_class}:"]
-        if self.file:
-            parts.append(f"{self.file}:")
-        if self.field:
-            parts.append(f"{self.field}:")
-        parts.append(self.message)
-        text = " ".join(parts)
-        if self.rule:
-            text += f" [{self.rule}]"
-        return text
+        return format_error(type(self).error_class, self.file, self.field, self.message, self.rule)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description (used by ``validate --json``)."""

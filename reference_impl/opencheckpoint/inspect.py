@@ -23,7 +23,8 @@ import os
 from typing import Any
 
 from .errors import CheckpointError
-from .reader import CheckpointReader, check_inventory
+from .opening import check_inventory
+from .steps import CheckpointSteps
 from .validate import ValidationReport, check_structure
 
 
@@ -33,7 +34,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises the :class:`CheckpointError` of steps 1-9 when the manifest itself cannot be trusted.
     """
-    with CheckpointReader(path, check_files=False) as reader:
+    with CheckpointSteps(path, check_files=False) as reader:
         report = ValidationReport(str(path))
         layouts: dict[str, Any] = {}
         issues: list[CheckpointError] = []

@@ -1,11 +1,14 @@
 """Pydantic models of every JSON document the format defines (spec "manifest.json").
 
-They mirror the spec; ``schemas/v1/*.schema.json`` are generated from them by
-``opencheckpoint schema export`` and a test fails on any drift. Structural
-rules (types, required members, patterns, closed member sets) live here;
-rules that need context (path safety, limits, kind-specific file sets,
-overlaps between components) live in :mod:`opencheckpoint.manifest` so each
-can raise its own error class with the exact location.
+They are the typed view of a verified manifest and the source of
+``schemas/v1/*.schema.json`` (``opencheckpoint schema export``; a test fails
+on any drift). The ``Field`` constraints here are the schema's statement of
+the member rules; at run time each rule is checked once, by its check
+function in :mod:`opencheckpoint.manifest`, which raises its own error class
+with its rule ID and the exact location. An optional member is absent or of
+its type, never ``null`` (the schema says so: ``SkipJsonSchema[None]``), and
+member names of ``components``, ``extensions`` and ``files`` are constrained
+by ``propertyNames``, as the text requires.
 
 >>> entry = FileEntry(size=3, crc32c="0a1b2c3d")
 >>> entry.model_dump(exclude_none=True)
@@ -17,11 +20,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from .limits import JSON_MAX_SAFE_INT
 from .paths import NAME_PATTERN
 
 FORMAT_NAME: Final = "opencheckpoint"
+#: The root document's file name (spec §5).
+MANIFEST_NAME: Final = "manifest.json"
 #: The newest format version this implementation reads and the one it writes.
 FORMAT_VERSION: Final = 1
 SCHEMA_BASE_URI: Final = "https://opencheckpoint.org/schemas/v1/"
@@ -32,11 +38,25 @@ KIND_PATTERN: Final = r"^(tree|json|files|[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9
 EXTENSION_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$"
 TIMESTAMP_PATTERN: Final = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$"
 ID_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
+CRC32C_PATTERN: Final = r"^[0-9a-f]{8}$"
+SHA256_PATTERN: Final = r"^[0-9a-f]{64}$"
 
 Size = Annotated[int, Field(ge=0, le=JSON_MAX_SAFE_INT)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 RelPath = Annotated[str, Field(pattern=PATH_PATTERN, max_length=1024)]
 JsonObject = dict[str, Any]
+
+
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _optional(description: str) -> Any:
+    """An optional member: absent or of its type in the file (never ``null``), None in the typed view.
+
+    The schema shows neither ``null`` nor a ``null`` default, so it rejects what the text rejects.
+    """
+    return Field(default=None, description=description, json_schema_extra=_drop_default)
 
 
 class _Document(BaseModel):
@@ -51,9 +71,9 @@ class FileEntry(_Document):
     model_config = ConfigDict(title="OpenCheckpoint file entry", extra="forbid", strict=True, frozen=True)
 
     size: Size = Field(description="File size in bytes.")
-    crc32c: str = Field(pattern=r"^[0-9a-f]{8}$", description="CRC-32C of the file, 8 lowercase hex digits.")
-    sha256: str | None = Field(
-        default=None, pattern=r"^[0-9a-f]{64}$", description="Optional SHA-256 of the file, 64 lowercase hex digits."
+    crc32c: str = Field(pattern=CRC32C_PATTERN, description="CRC-32C of the file, 8 lowercase hex digits.")
+    sha256: Annotated[str, Field(pattern=SHA256_PATTERN)] | SkipJsonSchema[None] = _optional(
+        "Optional SHA-256 of the file, 64 lowercase hex digits."
     )
 
 
@@ -68,11 +88,14 @@ class ComponentRecord(_Document):
     )
     kind_version: int = Field(ge=1, le=JSON_MAX_SAFE_INT, description="Version of the kind's payload layout.")
     path: RelPath = Field(description="Directory of the component's files, relative to the checkpoint root.")
-    files: dict[RelPath, FileEntry] = Field(description="File name relative to 'path' -> size and checksums.")
-    hints: dict[str, str] | None = Field(
-        default=None, description="Informational strings (class name, framework). Never interpreted."
+    files: dict[RelPath, FileEntry] = Field(
+        description="File name relative to 'path' -> size and checksums.",
+        json_schema_extra={"propertyNames": {"pattern": PATH_PATTERN, "maxLength": 1024}},
     )
-    metadata: JsonObject | None = Field(default=None, description="Free JSON metadata of the component.")
+    hints: dict[str, str] | SkipJsonSchema[None] = _optional(
+        "Informational strings (class name, framework). Never interpreted."
+    )
+    metadata: JsonObject | SkipJsonSchema[None] = _optional("Free JSON metadata of the component.")
 
 
 class Extension(_Document):
@@ -92,8 +115,8 @@ class Producer(_Document):
 
     name: str = Field(min_length=1, max_length=128)
     version: str = Field(min_length=1, max_length=128)
-    environment: dict[str, str] | None = Field(
-        default=None, description="Versions of the runtime (python, numpy, torch, jax...)."
+    environment: dict[str, str] | SkipJsonSchema[None] = _optional(
+        "Versions of the runtime (python, numpy, torch, jax...)."
     )
 
 
@@ -108,10 +131,12 @@ class Manifest(_Document):
     created_at: str = Field(pattern=TIMESTAMP_PATTERN, description="RFC 3339 UTC creation time.")
     producer: Producer
     metadata: JsonObject = Field(description="Free JSON metadata of the checkpoint.")
-    extensions: dict[Annotated[str, Field(pattern=EXTENSION_NAME_PATTERN)], Extension]
-    components: dict[Name, ComponentRecord]
+    extensions: dict[Annotated[str, Field(pattern=EXTENSION_NAME_PATTERN)], Extension] = Field(
+        json_schema_extra={"propertyNames": {"pattern": EXTENSION_NAME_PATTERN}}
+    )
+    components: dict[Name, ComponentRecord] = Field(json_schema_extra={"propertyNames": {"pattern": NAME_PATTERN}})
     manifest_crc32c: str = Field(
-        pattern=r"^[0-9a-f]{8}$",
+        pattern=CRC32C_PATTERN,
         description="CRC-32C of the manifest bytes before its fixed 32-byte suffix; must be the last member.",
     )
 

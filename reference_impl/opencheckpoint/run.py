@@ -41,14 +41,13 @@ from typing import Any, Literal, TypeVar
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
 from .container.debris import (
     STALE_AFTER_S,
-    clean_debris,
     parse,
     process_running,
     process_token,
     release,
     working_path,
 )
-from .container.publish import remove_tree
+from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from .location import local_path

@@ -92,8 +92,13 @@ def _walk(value: Any) -> None:
 
 
 def _check_string(text: str) -> None:
+    encode_utf8(text)
+
+
+def encode_utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (no UTF-8 file can hold it) is R-MAN-5, on read and on write."""
     try:
-        text.encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:
         raise ManifestError("a string holds an escaped surrogate that is not part of a pair",
                             rule="R-MAN-5") from None

@@ -32,11 +32,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .container.archive import ArchiveSource
-from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile
-from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
+from .arrays import array_view, verify_view
+from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, format_error
+from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
-from .reader import REPORTED_PER_RULE, CheckpointReader, array_view, verify_view
+from .models import FileEntry
+from .opening import REPORTED_PER_RULE
+from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
 from .tree.decode import DecodedTree
 from .tree.layout import check_padding
 
@@ -56,9 +58,7 @@ class ValidationIssue:
         return cls(type(exc).error_class, exc.file, exc.field, exc.rule, exc.message)
 
     def __str__(self) -> str:
-        location = ": ".join(x for x in (self.file, self.field) if x)
-        rule = f" [{self.rule}]" if self.rule else ""
-        return f"{self.error}: {location}: {self.message}{rule}" if location else f"{self.error}: {self.message}"
+        return format_error(self.error, self.file, self.field, self.message, self.rule)
 
 
 @dataclass
@@ -113,7 +113,7 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
     issues: list[CheckpointError] = []
     skipped: set[str] = set()
     try:
-        reader = CheckpointReader(path, issues=issues)
+        reader = CheckpointSteps(path, issues=issues)
     except CheckpointError as exc:
         report.add(exc.at(file=str(path)))
         for issue in issues:
@@ -125,7 +125,7 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
         # can still be checked (an extra file must not hide a CRC error). Files already reported are
         # left out of the later steps, and so is every component that lists one.
         try:
-            reader = CheckpointReader(path, check_files=False)
+            reader = CheckpointSteps(path, check_files=False)
         except CheckpointError:
             return report
         skipped = {e.file for e in errors if e.file}
@@ -156,7 +156,7 @@ def _attempt(report: ValidationReport, failed: set[str], name: str, check: Calla
         return None
 
 
-def _check_components(reader: CheckpointReader, report: ValidationReport, progress: Any,
+def _check_components(reader: CheckpointSteps, report: ValidationReport, progress: Any,
                       skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Steps 12-16, step by step over all components (spec §15: all of step 12, then all of step 13, ...).
 
@@ -175,7 +175,7 @@ def _check_components(reader: CheckpointReader, report: ValidationReport, progre
 
 
 def check_structure(
-    reader: CheckpointReader, report: ValidationReport, skipped: set[str] | frozenset[str] = frozenset()
+    reader: CheckpointSteps, report: ValidationReport, skipped: set[str] | frozenset[str] = frozenset()
 ) -> tuple[dict[str, tuple[DecodedTree, str, int]], set[str]]:
     """Steps 12-15 for every component, recording each error in ``report`` (no array byte is read).
 
@@ -197,7 +197,7 @@ def check_structure(
     crc_checked: set[str] = set()
     for name in decodable:
         record = components[name]
-        payload = _PAYLOAD.get(record.kind)
+        payload = PAYLOADS.get(record.kind)
         if name in failed or payload is None:
             continue
         crc_checked.add(f"{record.path}/{payload}")
@@ -222,11 +222,7 @@ def check_structure(
     return layouts, crc_checked
 
 
-#: The payload file of each kind that has one (step 13).
-_PAYLOAD = {"tree": "tree.msgpack", "json": "value.json"}
-
-
-def _check_arrays(reader: CheckpointReader, decoded: DecodedTree, data_file: str, size: int,
+def _check_arrays(reader: CheckpointSteps, decoded: DecodedTree, data_file: str, size: int,
                   report: ValidationReport) -> None:
     """Step 16 for one tree component: for every array R-ARR-14 then R-ARR-13, then R-ARR-12."""
     try:
@@ -250,48 +246,50 @@ def _check_arrays(reader: CheckpointReader, decoded: DecodedTree, data_file: str
         report.add(exc.at(file=data_file))
 
 
-def _check_files(reader: CheckpointReader, report: ValidationReport, progress: Any, crc_checked: set[str],
+def _check_files(reader: CheckpointSteps, report: ValidationReport, progress: Any, crc_checked: set[str],
                  skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too)."""
-    source = reader.source
-    is_archive = isinstance(source, ArchiveSource)
     for name, record in reader.components.items():
         for rel, entry in record.files.items():
             full = f"{record.path}/{rel}"
-            if full in skipped:
-                continue  # already reported missing or of the wrong size
-            where = field_of("components", name, "files", rel)
-            try:
-                view = source.map_file(full, entry.size)
-            except CheckpointError as exc:
-                report.add(exc.at(field=where))
-                continue
-            crc = 0
-            zip_crc = 0
-            digest = new_sha256() if entry.sha256 else None
-            for chunk in _chunks(view):
-                crc = crc32c_of(chunk, crc)
-                if digest is not None:
-                    digest.update(chunk)
-                if is_archive:
-                    zip_crc = zlib.crc32(chunk, zip_crc)
-                report.checked_bytes += len(chunk)
-                if progress is not None:
-                    progress(report.checked_bytes)
-            report.checked_files += 1
-            if full not in crc_checked and format_crc32c(crc) != entry.crc32c:
-                report.add(IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed "
-                                          f"{format_crc32c(crc)}", file=full, field=where + ".crc32c",
-                                          rule="R-CHK-7"))
-            if digest is not None and digest.hexdigest() != entry.sha256:
-                report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256",
-                                          rule="R-CHK-8"))
-            if is_archive and zip_crc != source.zip_crc32(full):  # type: ignore[attr-defined]  # an ArchiveSource
-                report.add(_zip_crc_error(full))
-    if is_archive:
-        stored = source.zip_crc32(MANIFEST_NAME)  # type: ignore[attr-defined]  # is_archive: an ArchiveSource
-        if zlib.crc32(source.read_manifest()) != stored:
-            report.add(_zip_crc_error(MANIFEST_NAME))
+            if full not in skipped:  # else already reported missing or of the wrong size
+                _check_file(reader, report, progress, field_of("components", name, "files", rel), full, entry,
+                            full not in crc_checked)
+    stored = reader.source.zip_crc32(MANIFEST_NAME)
+    if stored is not None and zlib.crc32(reader.source.read_manifest()) != stored:
+        report.add(_zip_crc_error(MANIFEST_NAME))
+
+
+def _check_file(reader: CheckpointSteps, report: ValidationReport, progress: Any, where: str, full: str,
+                entry: FileEntry, check_crc32c: bool) -> None:
+    """Every checksum of one listed file, read once, chunk by chunk."""
+    try:
+        view = reader.source.map_file(full, entry.size)
+    except CheckpointError as exc:
+        report.add(exc.at(field=where))
+        return
+    stored_zip = reader.source.zip_crc32(full)  # None: the container records no CRC-32
+    crc = zip_crc = 0
+    digest = new_sha256() if entry.sha256 else None
+    for chunk in _chunks(view):
+        crc = crc32c_of(chunk, crc)
+        if digest is not None:
+            digest.update(chunk)
+        if stored_zip is not None:
+            zip_crc = zlib.crc32(chunk, zip_crc)
+        report.checked_bytes += len(chunk)
+        if progress is not None:
+            progress(report.checked_bytes)
+    report.checked_files += 1
+    if check_crc32c:
+        try:
+            check_file_crc32c(crc, entry, full, where)
+        except CheckpointError as exc:
+            report.add(exc)
+    if digest is not None and digest.hexdigest() != entry.sha256:
+        report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256", rule="R-CHK-8"))
+    if stored_zip is not None and zip_crc != stored_zip:
+        report.add(_zip_crc_error(full))
 
 
 def _zip_crc_error(member: str) -> IntegrityError:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import MARK, array_node, crc_int, expect_rejected, forms, make_checkpoint, set_tree
 
-import opencheckpoint.tree.decode as decode_module
+import opencheckpoint.tree.exact as exact_module
+import opencheckpoint.tree.fast as fast_module
 from opencheckpoint import (
     ArrayLayoutError,
     LimitExceeded,
@@ -203,7 +204,8 @@ def test_bool_array_bytes(tmp_path: Path) -> None:
 
 def test_node_count_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 10,000,001 nodes take seconds to build; the limit is a constant, so the check is exercised at 100.
-    monkeypatch.setattr(decode_module, "TREE_MAX_NODES", 100)
+    monkeypatch.setattr(exact_module, "TREE_MAX_NODES", 100)
+    monkeypatch.setattr(fast_module, "TREE_MAX_NODES", 100)
     path = make_checkpoint(tmp_path)
     set_tree(path, [0] * 99, b"")  # 100 objects: accepted
     assert validate(path).ok

@@ -24,7 +24,7 @@ import pytest
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.integrity import crc32c_hex
-from opencheckpoint.reader import REPORTED_PER_RULE
+from opencheckpoint.opening import REPORTED_PER_RULE
 
 MIB = 1 << 20
 ALLOWANCE = 64 * MIB

@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import IncompatibleComponent, UnsupportedValue
+from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 from ..manifest_builder import component_record
 from ..restore_plan import RestorePlan
-from ..strict_json import dump_json
+from ..strict_json import dump_json, encode_utf8
 from ..tree.encode import small_file_entry, write_small_file, write_tree
 from . import registry
 from .conform import conform
@@ -81,11 +81,11 @@ class ComponentWriter:
 
     def write_json(self, value: Any) -> None:
         try:
-            data = (dump_json(value) + "\n").encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 file can hold it (R-MAN-5 on read)
-            raise UnsupportedValue(f"a string is not valid Unicode ({exc.reason}): a json component holds "
+            data = encode_utf8(dump_json(value) + "\n")
+        except CheckpointError as exc:  # a lone surrogate: no UTF-8 file can hold it (the rule a reader checks)
+            raise UnsupportedValue(f"a string is not valid Unicode ({exc.message}): a json component holds "
                                    "Unicode text only; fix the string, or store bytes in a tree component",
-                                   rule="R-MAN-5") from None
+                                   rule=exc.rule) from None
         if self.archive is not None:
             self.archive.add_bytes(f"{self.member_prefix}/value.json", data)
             self.files["value.json"] = small_file_entry(data, sha256=self.sha256)
@@ -178,7 +178,7 @@ class ComponentReader:
         """
         if not self.verify:
             return
-        from ..reader import ScratchVerifier  # reader imports this package: import when used
+        from ..arrays import ScratchVerifier
 
         record = self.record
         if record.kind == "tree":

@@ -203,10 +203,8 @@ def render_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise first_error(report)
     with CheckpointReader(path) as reader:
         manifest = reader.manifest
-        from ..container.archive import ArchiveSource
-
         # the source, not the path: an .oc-old fallback (R-PUB-13) is read in place of a missing path
-        form = "archive" if isinstance(reader.source, ArchiveSource) else "directory"
+        form = reader.source.form
         components: dict[str, Any] = {}
         for name, raw in manifest["components"].items():
             record: dict[str, Any] = {"kind": raw["kind"], "kind_version": raw["kind_version"], "path": raw["path"]}
@@ -237,7 +235,6 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
     decoded trees plus a constant (the whole rendering is some 20 to 60 times the size of
     ``tree.msgpack``: a tree of 10 million ``nil`` took 5.7 GiB as one document).
     """
-    from ..container.archive import ArchiveSource
     from ..reader import CheckpointReader
     from ..validate import validate
 
@@ -246,7 +243,7 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
         raise first_error(report)
     with CheckpointReader(path) as reader:
         manifest = reader.manifest
-        form = "archive" if isinstance(reader.source, ArchiveSource) else "directory"
+        form = reader.source.form
         components: dict[str, Any] = {}
         for name, raw in manifest["components"].items():
             record: dict[str, Any] = {"kind": raw["kind"], "kind_version": raw["kind_version"], "path": raw["path"]}

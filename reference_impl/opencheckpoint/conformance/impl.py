@@ -21,22 +21,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import CheckpointError, ManifestError
+from ..errors import CheckpointError, ManifestError, format_error
 
 IMPLEMENTATION = "opencheckpoint-python"
 
 
 def error_line(exc: CheckpointError) -> str:
     """The one-line protocol error report: class, file, field and message (R-RDR-12, R-ERR-2)."""
-    parts = [exc.file, exc.field, exc.message]
-    text = ": ".join(str(p) for p in parts if p)
-    if exc.rule:
-        text += f" [{exc.rule}]"
     from .models import ERROR_CLASS_NAMES
 
     # R-WTR-7: a class of Table 16-1, or the root class for failures the table does not name
     name = type(exc).error_class if type(exc).error_class in ERROR_CLASS_NAMES else "CheckpointError"
-    return f"error: {name}: {' '.join(text.split())}"
+    return "error: " + " ".join(format_error(name, exc.file, exc.field, exc.message, exc.rule).split())
 
 
 def capabilities() -> dict[str, Any]:

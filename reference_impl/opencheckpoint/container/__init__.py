@@ -3,6 +3,7 @@
 Readers get a :class:`~.base.Source` for either form and use one code path.
 """
 
-from .base import Source, open_source
+from .base import Source
+from .opener import open_source
 
 __all__ = ["Source", "open_source"]

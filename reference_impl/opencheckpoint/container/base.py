@@ -2,8 +2,9 @@
 
 A :class:`Source` reads ``manifest.json`` (steps 2-3 of §15), lists every entry
 of the container (step 10) and reads or memory-maps one file at a time.
-:func:`locate` implements step 1: what a path names, and the ``.NAME.oc-old-*``
-fallback of a checkpoint caught in the middle of a non-atomic replace.
+:func:`old_candidates` and :func:`check_locatable` serve step 1 (what a path names, and the
+``.NAME.oc-old-*`` fallback of a checkpoint caught in the middle of a non-atomic replace);
+:mod:`.opener` picks the form. This module imports neither form, so the forms import it one way.
 
 >>> is_staging_name(Path("/ckpts/.step-1.oc-staging-42-abcdefgh"))
 True
@@ -57,6 +58,10 @@ class Source(abc.ABC):
         Array reads use this rather than :meth:`map_file`, so no page of the
         file stays resident in the process. The caller closes the region.
         """
+
+    def zip_crc32(self, rel: str) -> int | None:
+        """The ZIP CRC-32 the container records for a file (R-ZIP-22), or None when it records none."""
+        return None
 
     def pin(self, rels: Iterable[str]) -> None:  # noqa: B027  (an archive holds its one file open already)
         """Hold the listed files (which passed the inventory) for the reader's lifetime (R-RDR-14)."""
@@ -179,17 +184,3 @@ def check_locatable(target: Path) -> None:
         raise NotACheckpoint(f"cannot stat: {exc.strerror}", file=str(target), rule="R-PUB-10") from None
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         raise NotACheckpoint("neither a directory nor a regular file", file=str(target), rule="R-PUB-11")
-
-
-def open_source(path: str | os.PathLike[str]) -> Source:
-    """Open an existing directory or archive checkpoint for reading (steps 1 and 2, no fallback)."""
-    from .archive import ArchiveSource
-    from .directory import DirectorySource
-
-    target = Path(path)
-    if not os.path.exists(target):
-        raise NotACheckpoint("no such file or directory", file=str(target), rule="R-PUB-10")
-    check_locatable(target)
-    if target.is_dir():
-        return DirectorySource(target)
-    return ArchiveSource(target)

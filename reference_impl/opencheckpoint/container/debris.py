@@ -23,7 +23,7 @@ only when nothing in the entry has been modified for :data:`STALE_AFTER_S`.
 Only entries whose name parses exactly as this naming (a writer token, or the
 ``PID-RANDOM`` suffix of R-PUB-1 that older versions wrote: ``.notes.txt.oc-old-2024``
 is not debris), whose writer is gone, and whose content is exactly what a
-writer of ours puts there are ever removed (:func:`clean_debris`): a ZIP file
+writer of ours puts there are ever removed (:func:`.publish.clean_debris`): a ZIP file
 being written or deleted (or an empty file), or a directory holding nothing but a
 ``components`` folder of plain folders and files and, if it is there, a
 ``manifest.json`` that makes it a recognisable checkpoint. An old copy stays while the target is not a checkpoint: it
@@ -277,24 +277,3 @@ def removable(entry: Debris) -> bool:
         return False  # the only copy of the checkpoint while its name holds none (R-PUB-13)
     return holds_what_we_write(entry) and writer_gone(entry)
 
-
-def clean_debris(directory: Path) -> list[Path]:
-    """Remove every removable debris entry directly in ``directory``; return what was removed."""
-    from .publish import remove_tree  # publish imports this module: import at call time
-
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    removed: list[Path] = []
-    for name in sorted(names):
-        if not name.startswith("."):
-            continue
-        entry = parse(directory / name)
-        if entry is None or not removable(entry):
-            continue
-        remove_tree(entry.path)
-        if not os.path.lexists(entry.path):
-            removed.append(entry.path)
-            logger.info("removed %s (debris of a save whose writer is gone)", entry.path)
-    return removed

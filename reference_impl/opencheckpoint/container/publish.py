@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import CheckpointError, ConcurrentModification, TargetExists
-from .debris import clean_debris, holds_what_we_write, parse, release, removable, working_path
+from .debris import holds_what_we_write, logger, parse, release, removable, working_path
 from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
 
 #: Test hook: called with an operation name before each filesystem step.
@@ -60,6 +60,26 @@ def remove_tree(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def clean_debris(directory: Path) -> list[Path]:
+    """Remove every removable debris entry directly in ``directory``; return what was removed."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed: list[Path] = []
+    for name in sorted(names):
+        if not name.startswith("."):
+            continue
+        entry = parse(directory / name)
+        if entry is None or not removable(entry):
+            continue
+        remove_tree(entry.path)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
+            logger.info("removed %s (debris of a save whose writer is gone)", entry.path)
+    return removed
 
 
 def fsync_directory(path: Path) -> None:

@@ -1,0 +1,78 @@
+"""Framework conversion: verified NumPy arrays of a decoded tree -> one framework's objects.
+
+The last stage of a read and the only one that knows frameworks exist. The
+format core (opening, validation steps, the array read engine) hands over
+NumPy arrays; this module gives them to the framework named by the caller,
+found through :func:`opencheckpoint.adapters.frameworks.get_framework`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .adapters.frameworks import Framework, get_framework
+from .tree.decode import DecodedTree, materialize
+from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
+
+
+def resolve(framework: str | Framework) -> Framework:
+    """The framework object for a name (``numpy``, ``torch``, ``jax``) or the object itself."""
+    return get_framework(framework) if isinstance(framework, str) else framework
+
+
+def numpy_framework() -> Framework:
+    """The NumPy framework (arrays stay as they are read)."""
+    return get_framework("numpy")
+
+
+def materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Framework, map_location: Any) -> Any:
+    """The tree with the arrays of :func:`~opencheckpoint.arrays.read_arrays` handed to ``fw``.
+
+    Identical extents (one NumPy array in ``fresh``) become one framework object.
+    """
+    if getattr(fw, "name", None) == "numpy":
+        arrays: dict[int, Any] = fresh
+    else:
+        converted: dict[int, Any] = {}  # id(numpy array) -> framework array
+        arrays = {}
+        for ident, array in fresh.items():
+            value = converted.get(id(array))
+            if value is None or not array.nbytes:
+                value = converted[id(array)] = fw.array(array, map_location=map_location)
+            arrays[ident] = value
+
+    def leaf(node: Any) -> Any:
+        kind = type(node)
+        if kind is ArrayRef:
+            return arrays[id(node)]
+        if kind is PRNGKeyValue:
+            # Key data is never shared with an array object: a copy (keys are a few bytes).
+            return fw.prng_key(node.impl, fresh[id(node.data)].copy(), map_location=map_location)
+        if kind is DtypeValue:
+            return fw.dtype(node.name)
+        return node
+
+    return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root
+
+
+def materialize_views(decoded: DecodedTree, view: Callable[[ArrayRef], np.ndarray], fw: Framework,
+                      map_location: Any) -> Any:
+    """The tree with each array node's (verified) view handed to ``fw``; identical extents: one object."""
+    arrays: dict[tuple[int, int, str, tuple[int, ...]], Any] = {}
+
+    def leaf(node: Any) -> Any:
+        if isinstance(node, ArrayRef):
+            key = (node.offset, node.nbytes, node.dtype, node.shape)
+            if key not in arrays or node.nbytes == 0:
+                arrays[key] = fw.array(view(node), map_location=map_location)
+            return arrays[key]
+        if isinstance(node, PRNGKeyValue):
+            return fw.prng_key(node.impl, view(node.data), map_location=map_location)  # type: ignore[arg-type]  # data: an ArrayRef
+        if isinstance(node, DtypeValue):
+            return fw.dtype(node.name)
+        return node
+
+    return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root

@@ -1,0 +1,75 @@
+"""Rule tables: one check function per requirement ID, one table per format version.
+
+In the spirit of python-jsonschema's one function per keyword and one table
+per draft: :mod:`.v1` registers, for each requirement ID of format version 1
+whose check is a test of one value, a small function that returns why the
+value breaks the rule (or None). The dispatcher, :meth:`RuleTable.check`,
+turns that reason into the rule's error class with the file, the JSON path
+and the rule ID, so no check repeats them. A newer format version gets its
+own module and table; older versions' rules stay in theirs.
+
+>>> from opencheckpoint.errors import ManifestError
+>>> table = RuleTable(version=0, file="manifest.json")
+>>> @table.rule("R-DOC-1", ManifestError)
+... def _positive(value):
+...     return None if value > 0 else f"{value} is not positive"
+>>> str(table.check("R-DOC-1", "$.n", -1))
+'ManifestError: manifest.json: $.n: -1 is not positive [R-DOC-1]'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CheckpointError
+
+#: A check: the value (and any context it needs) -> why it breaks the rule, or None.
+Check = Callable[..., "str | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One requirement ID, the error class the spec assigns to it, and its one check."""
+
+    id: str
+    error: type[CheckpointError]
+    check: Check
+
+
+class RuleTable:
+    """The checks of one format version, by requirement ID (each ID registered once)."""
+
+    def __init__(self, *, version: int, file: str) -> None:
+        self.version = version
+        #: The document the table's rules are about (errors name it).
+        self.file = file
+        self.rules: dict[str, Rule] = {}
+
+    def rule(self, rule_id: str, error: type[CheckpointError]) -> Callable[[Check], Check]:
+        """Register the check of ``rule_id``; a second check for one ID is a programming error."""
+
+        def register(check: Check) -> Check:
+            if rule_id in self.rules:
+                raise ValueError(f"{rule_id} already has a check: {self.rules[rule_id].check.__name__}")
+            self.rules[rule_id] = Rule(rule_id, error, check)
+            return check
+
+        return register
+
+    def check(self, rule_id: str, where: str, *args: Any) -> CheckpointError | None:
+        """The dispatcher: run the rule's check; on a violation, its error with file, field and rule ID."""
+        rule = self.rules[rule_id]
+        why = rule.check(*args)
+        if why is None:
+            return None
+        return rule.error(why, file=self.file, field=where, rule=rule_id)
+
+    def first(self, where: str, *checks: tuple[str, tuple[Any, ...]]) -> CheckpointError | None:
+        """The error of the first of several rules on one value (e.g. R-MAN-7 before a range rule)."""
+        for rule_id, args in checks:
+            error = self.check(rule_id, where, *args)
+            if error is not None:
+                return error
+        return None
