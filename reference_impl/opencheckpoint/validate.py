@@ -115,6 +115,8 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
     try:
         reader = CheckpointSteps(path, issues=issues)
     except CheckpointError as exc:
+        # The traceback's frames hold the failed attempt's parsed manifest: drop them before reopening.
+        exc.__traceback__ = None
         report.add(exc.at(file=str(path)))
         for issue in issues:
             report.add(issue)
@@ -128,7 +130,10 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
             reader = CheckpointSteps(path, check_files=False)
         except CheckpointError:
             return report
-        skipped = {e.file for e in errors if e.file}
+        # Absent files beyond the ones reported one by one were counted in one summary error: they are
+        # left out too, so a manifest of a million absent files is not reported a million times.
+        present = reader.source.inventory()[0]
+        skipped = {e.file for e in errors if e.file} | {f for f in reader.parsed.file_paths() if f not in present}
     with reader:
         report.manifest = reader.manifest
         _check_components(reader, report, progress, skipped)
