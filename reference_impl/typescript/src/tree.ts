@@ -15,6 +15,7 @@ import { LimitExceeded, TreeError, UnknownDtype } from "./errors.js";
 export const MAX_TREE_DEPTH = 128; // R-LIM-10
 export const MAX_TREE_NODES = 10_000_000; // R-LIM-11
 export const MAX_TREE_STR = 256 * 1024 * 1024; // R-LIM-12
+export const MAX_BIG_INT_BYTES = 1024; // R-LIM-18
 
 export type DictKey = { str: string } | { int: bigint };
 
@@ -354,8 +355,11 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
       }
       case 3: {
         expect("bin", f(1), "magnitude");
-        const mag = readBin(f(1));
+        const mag = readBin(f(1)); // at most R-LIM-12 bytes (checked before decoding); R-LIM-18 is tighter
         const n = mag.length;
+        if (n > MAX_BIG_INT_BYTES) {
+          throw new LimitExceeded(file, f(1), `big int magnitude declares ${n} bytes, more than ${MAX_BIG_INT_BYTES}`, "R-LIM-18");
+        }
         if (n === 0 || (n >= 2 && ((mag[n - 1] === 0 && mag[n - 2]! < 0x80) || (mag[n - 1] === 0xff && mag[n - 2]! >= 0x80)))) {
           fail(f(1), "big int magnitude is not minimal", "R-TREE-21");
         }
