@@ -36,7 +36,7 @@ from .container.archive import ArchiveSource
 from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile
 from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
-from .reader import CheckpointReader, array_view, verify_view
+from .reader import REPORTED_PER_RULE, CheckpointReader, array_view, verify_view
 from .tree.decode import DecodedTree
 from .tree.layout import check_padding
 
@@ -119,7 +119,7 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
         for issue in issues:
             report.add(issue)
         errors = [exc, *issues]
-        if not all(_is_inventory_error(e) for e in errors):
+        if not all(_is_inventory_error(e) for e in errors) or _inventory_truncated(errors):
             return report
         # Only files are missing, extra or of the wrong size: the manifest is sound, so every other rule
         # can still be checked (an extra file must not hide a CRC error). Files already reported are
@@ -133,6 +133,11 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
         report.manifest = reader.manifest
         _check_components(reader, report, progress, skipped)
     return report
+
+
+def _inventory_truncated(errors: list[CheckpointError]) -> bool:
+    """More files were missing or extra than are reported one by one: the later steps would report them all."""
+    return any(sum(isinstance(e, kind) for e in errors) > REPORTED_PER_RULE for kind in (MissingFile, ExtraFile))
 
 
 def _is_inventory_error(exc: CheckpointError) -> bool:

@@ -66,14 +66,15 @@ class DecodedTree:
 
 #: A str key longer than this appears shortened in tree paths: every node below a key repeats the
 #: key in its path, so a key of megabytes would make decoding quadratic in the document's size.
-PATH_KEY_CHARS = 64
+#: Real state-dict keys are far shorter, so the paths users see (``inspect``, errors) stay whole.
+PATH_KEY_CHARS = 1024
 
 
 def _key_path(path: str, key: str | int) -> str:
     """The path of a map entry: ``$.name``, ``$['not an identifier']``, ``$[3]``; a long key shortened.
 
-    >>> _key_path("$", "w"), _key_path("$", 3), _key_path("$", "a" * 70)
-    ('$.w', '$[3]', "$['aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (+6 chars)]")
+    >>> _key_path("$", "w"), _key_path("$", 3), _key_path("$", "a" * 1030)[-20:]
+    ('$.w', '$[3]', "aaaa'... (+6 chars)]")
     """
     if isinstance(key, int):
         return f"{path}[{key}]"
