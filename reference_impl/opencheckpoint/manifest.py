@@ -347,6 +347,10 @@ def _component_errors(name: str, record: Any, errors: list[CheckpointError]) -> 
         error = _integer_error(record["kind_version"], where + ".kind_version", "R-CMP-5", "kind_version", 1)
         if error:
             add(error)
+    if "path" in record and not isinstance(record["path"], str):
+        # Table 6-1 types path; its type is R-CMP-2 (step 7), the path rules of step 8 judge strings only.
+        add(ManifestError(f"path {record['path']!r} is not a string"[:200], file=MANIFEST_NAME,
+                          field=where + ".path", rule="R-CMP-2"))
     if "hints" in record:
         error = _string_map_error(record["hints"], where + ".hints", "R-CMP-10", "hints")
         if error:

@@ -118,8 +118,11 @@ export function checkDeclaredLimits(b: Uint8Array, file: string): void {
   while (p < b.length) {
     const h = header(b, p);
     if (h === null || h === "short") return;
-    if (declared === 0) declared = 1; // the root
     const c = b[p]!;
+    // §8.8: the scan stops at an object outside the vocabulary (fixext, ext 16/32, an ext 8 with a payload);
+    // decodeTree reports it, and nothing after it counts toward the limits.
+    if ((c >= 0xd4 && c <= 0xd8) || c === 0xc8 || c === 0xc9 || (c === 0xc7 && h.count > 0)) return;
+    if (declared === 0) declared = 1; // the root
     if (h.kind === "payload" && c !== 0xc7 && c !== 0xc8 && c !== 0xc9 && h.count > MAX_TREE_STR) {
       throw new LimitExceeded(file, `offset ${p}`, `str/bin declares ${h.count} bytes, more than ${MAX_TREE_STR}`, "R-LIM-12");
     }
