@@ -1769,6 +1769,109 @@ def _(b: Builder) -> None:
     archive_case(b, lambda ms: [Member("stray.bin", b"xxxx", method=8), *ms])
 
 
+# -- ambiguities resolved in text revision 1.0.1 (spec/CHANGELOG.md, issue 9) -----------------------------
+@case("reject-order-per-component", "Component a's tree.msgpack has a trailing byte (TreeError, R-TREE-2); "
+      "component b's declares 20,000,000 elements (LimitExceeded, R-LIM-11). The groups of a per-component "
+      "step run per component, so a's TreeError is reported first.", ["R-RDR-11", "R-RDR-1", "15"],
+      error="TreeError")
+def _(b: Builder) -> None:
+    b.write({"a": tree(None), "b": tree(None)})
+    b.put("a", "tree.msgpack", b"\xc0\xc0")
+    b.put("b", "tree.msgpack", b"\xdd" + struct.pack(">I", 20_000_000) + b"\xc0\xc0")
+
+
+@case("reject-tree-trailing-huge-header", "After a complete root object, trailing bytes that look like an array "
+      "header declaring 20,000,000 elements: the limits apply to the root object only, so this is R-TREE-2.",
+      ["R-TREE-2", "8.8"], error="TreeError")
+def _(b: Builder) -> None:
+    b.write({"t": tree(None)})
+    b.put("t", "tree.msgpack", b"\xc0\xdd" + struct.pack(">I", 20_000_000) + b"\xc0")
+
+
+@case("reject-tree-limit-after-fixext", "A root array whose first element is a fixext 1 object (outside the node "
+      "vocabulary) and whose second declares 20,000,000 elements: nothing after the fixext is examined, so this "
+      "is TreeError (R-TREE-13), not LimitExceeded.", ["R-TREE-13", "8.8"], error="TreeError")
+def _(b: Builder) -> None:
+    b.write({"t": tree(None)})
+    b.put("t", "tree.msgpack", b"\x92\xd4\x01\x00\xdd" + struct.pack(">I", 20_000_000) + b"\xc0")
+
+
+_manifest_case("reject-manifest-int-not-binary64", "A manifest integer token of 400 digits (also beyond binary64): "
+               "an integer token is judged by R-LIM-4, so LimitExceeded, not ManifestError (R-MAN-6).",
+               ["R-LIM-4", "R-MAN-6", "5.1"], "LimitExceeded", _set(["metadata"], {"n": 10**400}))
+_manifest_case("reject-component-path-type", "A component path that is a number: a type error of the record "
+               "(R-CMP-2, ManifestError in step 7), not a path error.", ["R-CMP-2", "6.1"], "ManifestError",
+               _set(["components", "f", "path"], 1))
+
+
+@case("reject-symlink-manifest", "manifest.json is a symbolic link to a valid manifest outside the root: R-CON-4 "
+      "(UnsafePath), not R-CON-1.", ["R-CON-4", "R-CON-1", "15"], error="UnsafePath", requires=["symlinks"])
+def _(b: Builder) -> None:
+    b.write({"f": filesc({"a.bin": b"abc"})})
+    (b.root / "manifest.json").rename(b.dir / "manifest-target.json")
+    os.symlink("../manifest-target.json", b.root / "manifest.json")
+
+
+@case("old-fallback-symlink", "The target is absent and the only .oc-old candidate is a symbolic link to a "
+      "checkpoint directory: a candidate is followed like the caller's path, so a reader reads it.",
+      ["R-PUB-13", "12.3"], requires=["old-fallback", "symlinks"], read_path="ckpt")
+def _(b: Builder) -> None:
+    b.write({"w": tree(np.ones(2, np.float32))}, target=b.dir / "stored")
+    os.symlink("stored", b.dir / ".ckpt.oc-old-Ln4kS9mP")
+
+
+def _central_entries(raw: bytes) -> list[int]:
+    """Offsets of the central directory entries of an archive without ZIP64 end records."""
+    count, _, cd_offset = struct.unpack_from("<HII", raw, len(raw) - 12)
+    offsets, position = [], cd_offset
+    for _ in range(count):
+        offsets.append(position)
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", raw, position + 28)
+        position += 46 + name_len + extra_len + comment_len
+    return offsets
+
+
+@case("archive-zip64-disk-saturated", "The end of central directory record's two disk numbers hold 0xffff and "
+      "ZIP64 end records supply 0: a saturated disk number is resolved from ZIP64 (R-ZIP-15) before R-ZIP-3.",
+      ["R-ZIP-15", "R-ZIP-3", "3.3"], form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    raw = bytearray(_zip64_end_records(b.root.read_bytes()))
+    struct.pack_into("<HH", raw, len(raw) - 18, 0xFFFF, 0xFFFF)
+    b.root.write_bytes(bytes(raw))
+
+
+@case("reject-zip-locator-lookalike", "The last central directory entry's file comment ends with bytes that look "
+      "like a ZIP64 locator pointing at offset 0: ZIP64 end records are detected by the locator signature, so "
+      "the archive is read as having one, whose record is missing (R-ZIP-15).", ["R-ZIP-15", "3.3"],
+      error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b)
+    raw = bytearray(b.root.read_bytes())
+    last = _central_entries(bytes(raw))[-1]
+    comment = struct.pack("<IIQI", 0x07064B50, 0, 0, 1)
+    struct.pack_into("<H", raw, last + 32, len(comment))
+    eocd = len(raw) - 22
+    cd_size = struct.unpack_from("<I", raw, eocd + 12)[0]
+    struct.pack_into("<I", raw, eocd + 12, cd_size + len(comment))
+    b.root.write_bytes(bytes(raw[:eocd]) + comment + bytes(raw[eocd:]))
+
+
+@case("reject-zip-local-zip64-one-size", "A member's local header holds 0xffffffff in both size fields but its ZIP64 "
+      "extra field supplies only the uncompressed size: a local ZIP64 extra field holds both sizes (R-ZIP-15).",
+      ["R-ZIP-15", "3.3"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b, lambda ms: [Member(m.name, m.data, extra=struct.pack("<HHQ", 1, 8, len(m.data))
+                                       if _is_data(m) else b"") for m in ms])
+    raw = bytearray(b.root.read_bytes())
+    for entry in _central_entries(bytes(raw)):
+        name_len = struct.unpack_from("<H", raw, entry + 28)[0]
+        if raw[entry + 46: entry + 46 + name_len].endswith(b"data.bin"):
+            local = struct.unpack_from("<I", raw, entry + 42)[0]
+            struct.pack_into("<II", raw, local + 18, 0xFFFFFFFF, 0xFFFFFFFF)
+    b.root.write_bytes(bytes(raw))
+
+
 # ==============================================================================================
 # Driver
 # ==============================================================================================

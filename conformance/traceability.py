@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPEC = HERE.parent / "spec" / "opencheckpoint-v1.md"
+#: The normative parts of the format version 1 text (core, archive profile, conformance); rule IDs are
+#: shared across them, so every function here reads all of them.
+SPEC_DIR = HERE.parent / "spec"
+SPEC_PARTS = ("opencheckpoint-v1.md", "opencheckpoint-v1-archive.md", "opencheckpoint-v1-conformance.md")
 CASES = HERE / "cases" / "v1"
 EXEMPTIONS = HERE / "exemptions.json"
 README = HERE / "README.md"
@@ -41,10 +44,15 @@ class Requirement:
     text: str
 
 
-def requirements(spec: Path = SPEC) -> list[Requirement]:
+def spec_text(spec_dir: Path = SPEC_DIR) -> str:
+    """The normative text of format version 1: its parts, in order."""
+    return "\n".join((spec_dir / part).read_text(encoding="utf-8") for part in SPEC_PARTS)
+
+
+def requirements(spec_dir: Path = SPEC_DIR) -> list[Requirement]:
     """Every identified absolute requirement (MUST / MUST NOT / REQUIRED / SHALL) of the spec, in order."""
     out: dict[str, Requirement] = {}
-    for line in spec.read_text(encoding="utf-8").splitlines():
+    for line in spec_text(spec_dir).splitlines():
         match = _REQUIREMENT.match(line.strip())
         if match and _KEYWORDS.search(match.group(2)):
             out.setdefault(match.group(1), Requirement(match.group(1), match.group(2)))
@@ -71,7 +79,7 @@ def _sort_key(rid: str) -> tuple[str, int]:
     return area, int(number)
 
 
-def table_markdown(spec: Path = SPEC, cases: Path = CASES, exempt_path: Path = EXEMPTIONS) -> str:
+def table_markdown(spec: Path = SPEC_DIR, cases: Path = CASES, exempt_path: Path = EXEMPTIONS) -> str:
     reqs = sorted(requirements(spec), key=lambda r: _sort_key(r.id))
     covered = coverage(cases)
     exempt = exemptions(exempt_path)
@@ -89,7 +97,7 @@ def table_markdown(spec: Path = SPEC, cases: Path = CASES, exempt_path: Path = E
     return "\n".join(lines)
 
 
-def problems(spec: Path = SPEC, cases: Path = CASES, exempt_path: Path = EXEMPTIONS) -> list[str]:
+def problems(spec: Path = SPEC_DIR, cases: Path = CASES, exempt_path: Path = EXEMPTIONS) -> list[str]:
     """What makes the traceability incomplete or dishonest (empty when all is well)."""
     ids = {r.id for r in requirements(spec)}
     covered = coverage(cases)

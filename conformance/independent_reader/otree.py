@@ -187,11 +187,12 @@ def limit_scan(buf, file: str):
         elif b in (0xCF, 0xD3, 0xCB):
             pos += 9
         elif b == 0xC7:
-            if pos + 3 > n:
+            if pos + 3 > n or buf[pos + 1] != 0:
+                # an ext 8 with a payload is outside the vocabulary: the scan stops there (spec 8.8)
                 return
-            pos += 3 + buf[pos + 1]
+            pos += 3
         else:
-            # c1, fixext, ext16/32: malformed for this format; pass 2 reports
+            # c1, fixext, ext16/32: outside the vocabulary; the scan stops (spec 8.8), pass 2 reports
             return
 
 

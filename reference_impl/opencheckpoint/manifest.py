@@ -273,6 +273,9 @@ def _component_errors(name: str, record: Any, found: _Found) -> int:
         found.check("R-CMP-4", where + ".kind", kind)
     if "kind_version" in record:
         found.integer("R-CMP-5", where + ".kind_version", record["kind_version"], "kind_version")
+    if "path" in record:
+        # Table 6-1 types path; its type is R-CMP-2 (step 7), the path rules of step 8 judge strings only.
+        found.check("R-CMP-2", where + ".path", record, "path", True)
     if "hints" in record:
         found.check("R-CMP-10", where + ".hints", record["hints"])
     if "metadata" in record:

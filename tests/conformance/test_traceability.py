@@ -56,3 +56,17 @@ def test_case_sections_name_real_requirements() -> None:
     for case_json in CASES.glob("*/case.json"):
         for section in json.loads(case_json.read_text())["spec_sections"]:
             assert not section.startswith("R-") or section in ids, (case_json.parent.name, section)
+
+
+def test_each_requirement_is_defined_in_exactly_one_part_of_the_spec() -> None:
+    """The spec is split into parts that share rule IDs: each ID is defined once, in the part that owns its area."""
+    owners: dict[str, list[str]] = {}
+    for part in trace.SPEC_PARTS:
+        for line in (trace.SPEC_DIR / part).read_text(encoding="utf-8").splitlines():
+            match = trace._REQUIREMENT.match(line.strip())
+            if match:
+                owners.setdefault(match.group(1), []).append(part)
+    assert {rid: parts for rid, parts in owners.items() if len(parts) > 1} == {}
+    assert {owners[rid][0] for rid in owners if rid.startswith("R-ZIP-")} == {"opencheckpoint-v1-archive.md"}
+    assert owners["R-RDR-3"] == ["opencheckpoint-v1-conformance.md"]
+    assert owners["R-RDR-1"] == ["opencheckpoint-v1.md"]

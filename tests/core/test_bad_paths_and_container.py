@@ -44,7 +44,8 @@ PATH_CASES = [
     ("hidden-segment", component_path("components/.cfg"), UnsafePath, "R-PATH-1"),
     ("empty-segment", component_path("components//cfg"), UnsafePath, "R-PATH-1"),
     ("non-ascii", component_path("components/caf\u00e9"), UnsafePath, "R-PATH-1"),
-    ("path-not-string", lambda b: b["components"]["cfg"].update(path=3), UnsafePath, "R-PATH-1"),
+    # A type error of the record (Table 6-1, R-CMP-2, step 7), not a path error (spec 1.0.1, §6.1).
+    ("path-not-string", lambda b: b["components"]["cfg"].update(path=3), ManifestError, "R-CMP-2"),
     ("dotdot-key", files_component("../x"), UnsafePath, "R-PATH-2"),
     ("absolute-key", files_component("/x"), UnsafePath, "R-PATH-2"),
     ("case-fold-keys", files_component("x.bin", "X.bin"), UnsafePath, "R-PATH-3"),

@@ -197,6 +197,7 @@ def _read_once(path: Path, operation: str) -> str:
 
 def test_opening_with_no_descriptor_to_spare_holds_fewer_files(tmp_path: Path) -> None:
     """Holding files open is best effort: at the descriptor limit a reader still opens and reads."""
+    import gc
     import resource
 
     path = _save(tmp_path / "ckpt", 1)
@@ -204,6 +205,9 @@ def test_opening_with_no_descriptor_to_spare_holds_fewer_files(tmp_path: Path) -
     spare: list[int] = []
     held = open_checkpoint(path)  # opened with descriptors to spare, for comparison
     try:
+        # Descriptors that earlier tests left to the garbage collector would be closed in the middle of
+        # the test and give the reader room it should not have: collect them before filling the table.
+        gc.collect()
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
         while True:
             try:

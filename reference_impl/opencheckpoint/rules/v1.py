@@ -193,10 +193,14 @@ def component_name(name: str) -> str | None:
 
 
 @rule("R-CMP-2", ManifestError)
-def component_record(record: Any, member: str | None = None) -> str | None:
-    """The record is an object (``member`` None), holding each required member."""
+def component_record(record: Any, member: str | None = None, typed: bool = False) -> str | None:
+    """The record is an object (``member`` None), holding each required member; ``typed``: the string
+    member ``member`` (``path``, Table 6-1) is a string."""
     if member is None:
         return None if isinstance(record, dict) else "a component record must be an object"
+    if typed:
+        value = record[member]
+        return None if isinstance(value, str) else f"{member} {value!r} is not a string"[:200]
     return _missing(record, member)
 
 

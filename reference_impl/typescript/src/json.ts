@@ -131,10 +131,11 @@ export function parseJsonText(text: string, opts: ParseOptions): JsonValue {
     if (m[1] === undefined && m[2] === undefined) {
       const v = BigInt(tok);
       const mag = v < 0n ? -v : v;
-      if (!Number.isFinite(Number(tok))) fail(`number ${tok.slice(0, 20)}… is not a finite binary64`, "R-MAN-6");
+      // §5.1: an integer token is judged by R-LIM-4 first, also when it is beyond binary64 (R-MAN-6).
       if (opts.limits && mag > MAX_JSON_INT) {
         throw new LimitExceeded(opts.file, where(), `integer ${tok} exceeds 2^53-1`, "R-LIM-4");
       }
+      if (!Number.isFinite(Number(tok))) fail(`number ${tok.slice(0, 20)}… is not a finite binary64`, "R-MAN-6");
       return { t: "int", v };
     }
     const f = Number(tok);

@@ -82,7 +82,7 @@ const coverage: Check = (t, dataSize) => {
   }
 };
 
-/** The groups of step 15 in order; each runs over every tree before the next (§15). */
+/** The groups of step 15 in order; for one tree each runs before the next (§15). */
 export const LAYOUT_GROUPS: readonly Check[] = [limits, nbytesMatch, placement, overlaps, coverage];
 
 /**

@@ -113,44 +113,38 @@ export async function decodeComponents(o: Opened): Promise<DecodedComponent[]> {
       throw new UnsupportedVersion("manifest.json", `/components/${r.name}/kind_version`, `${r.kind} kind_version ${r.kindVersion}; this reader implements up to ${max}`, "R-CMP-19");
     }
   }
-  // Step 13: payload sizes (R-LIM-9 / R-LIM-2), then their CRC-32C (R-CHK-7).
+  // Steps 13–15 each run over every component before the next step; inside a step the groups
+  // ("then") run per component: all groups for one component before the next one (§15).
+  // Step 13: payload size (R-LIM-9 / R-LIM-2), then its CRC-32C (R-CHK-7).
+  const payloads = new Map<string, Uint8Array>();
   for (const r of comps) {
     const key = payload(r);
     if (!key) continue;
     const max = key === "tree.msgpack" ? MAX_TREE_BYTES : MAX_VALUE_JSON_BYTES;
     const size = entryOf(r, key).size;
     if (size > max) throw new LimitExceeded(fullPath(r, key), "size", `${key} is ${size} bytes, more than ${max}`, key === "tree.msgpack" ? "R-LIM-9" : "R-LIM-2");
-  }
-  const payloads = new Map<string, Uint8Array>();
-  for (const r of comps) {
-    const key = payload(r);
-    if (!key) continue;
     const path = fullPath(r, key);
     const bytes = await c.read(path, 0, c.size(path));
     const got = crcHex(newCrc32c().update(bytes).digest());
     checkDigest(path, entryOf(r, key), { crc: got }, true, false);
     payloads.set(r.name, bytes);
   }
-  // Step 14: parse. Trees: declared limits of every tree first, then the node rules.
-  // In manifest order: each value.json completely, each tree's declared limits; then the trees' node rules.
+  // Step 14: parse. A tree's declared limits, then its node rules.
   const contents = new Map<string, Content>();
   for (const r of comps) {
     const path = fullPath(r, payload(r) ?? "");
     if (r.kind === "json") contents.set(r.name, { type: "json", value: parseJsonBytes(payloads.get(r.name)!, { file: path, limits: true }) });
-    if (r.kind === "tree") checkDeclaredLimits(payloads.get(r.name)!, path);
-  }
-  for (const r of comps) {
     if (r.kind !== "tree") continue;
-    const treeFile = fullPath(r, "tree.msgpack");
-    contents.set(r.name, { type: "tree", tree: decodeTree(payloads.get(r.name)!, treeFile), treeFile, dataFile: fullPath(r, "data.bin") });
+    checkDeclaredLimits(payloads.get(r.name)!, path);
+    contents.set(r.name, { type: "tree", tree: decodeTree(payloads.get(r.name)!, path), treeFile: path, dataFile: fullPath(r, "data.bin") });
   }
-  // Step 15: array layout, group by group over every tree.
-  const layouts: TreeLayout[] = [];
+  // Step 15: array layout, group by group for each tree.
   for (const r of comps) {
     const ct = contents.get(r.name);
-    if (ct?.type === "tree") layouts.push({ treeFile: ct.treeFile, dataFile: ct.dataFile, arrays: ct.tree.arrays });
+    if (ct?.type !== "tree") continue;
+    const t: TreeLayout = { treeFile: ct.treeFile, dataFile: ct.dataFile, arrays: ct.tree.arrays };
+    for (const group of LAYOUT_GROUPS) group(t, c.size(t.dataFile));
   }
-  for (const group of LAYOUT_GROUPS) for (const t of layouts) group(t, c.size(t.dataFile));
   return comps.map((record) => ({
     record,
     content: contents.get(record.name) ?? { type: record.kind === "files" ? "files" : "opaque" },

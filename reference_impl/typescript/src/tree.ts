@@ -15,6 +15,7 @@ import { LimitExceeded, TreeError, UnknownDtype } from "./errors.js";
 export const MAX_TREE_DEPTH = 128; // R-LIM-10
 export const MAX_TREE_NODES = 10_000_000; // R-LIM-11
 export const MAX_TREE_STR = 256 * 1024 * 1024; // R-LIM-12
+export const MAX_BIG_INT_BYTES = 1024; // R-LIM-18
 
 export type DictKey = { str: string } | { int: bigint };
 
@@ -117,8 +118,11 @@ export function checkDeclaredLimits(b: Uint8Array, file: string): void {
   while (p < b.length) {
     const h = header(b, p);
     if (h === null || h === "short") return;
-    if (declared === 0) declared = 1; // the root
     const c = b[p]!;
+    // §8.8: the scan stops at an object outside the vocabulary (fixext, ext 16/32, an ext 8 with a payload);
+    // decodeTree reports it, and nothing after it counts toward the limits.
+    if ((c >= 0xd4 && c <= 0xd8) || c === 0xc8 || c === 0xc9 || (c === 0xc7 && h.count > 0)) return;
+    if (declared === 0) declared = 1; // the root
     if (h.kind === "payload" && c !== 0xc7 && c !== 0xc8 && c !== 0xc9 && h.count > MAX_TREE_STR) {
       throw new LimitExceeded(file, `offset ${p}`, `str/bin declares ${h.count} bytes, more than ${MAX_TREE_STR}`, "R-LIM-12");
     }
@@ -354,8 +358,11 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
       }
       case 3: {
         expect("bin", f(1), "magnitude");
-        const mag = readBin(f(1));
+        const mag = readBin(f(1)); // at most R-LIM-12 bytes (checked before decoding); R-LIM-18 is tighter
         const n = mag.length;
+        if (n > MAX_BIG_INT_BYTES) {
+          throw new LimitExceeded(file, f(1), `big int magnitude declares ${n} bytes, more than ${MAX_BIG_INT_BYTES}`, "R-LIM-18");
+        }
         if (n === 0 || (n >= 2 && ((mag[n - 1] === 0 && mag[n - 2]! < 0x80) || (mag[n - 1] === 0xff && mag[n - 2]! >= 0x80)))) {
           fail(f(1), "big int magnitude is not minimal", "R-TREE-21");
         }
