@@ -383,7 +383,7 @@ class _Parser:
 
     def document(self) -> Any:
         if self.end == 0:
-            self.fail("tree.msgpack is empty", "$", "R-TREE-1")
+            self.fail("tree.msgpack is empty", ROOT, "R-TREE-1")
         root = self.value(0, ROOT)
         if self.pos != self.end:
             raise TreeError(f"{self.end - self.pos} bytes after the end of the root object", field="$",
