@@ -44,3 +44,10 @@ def test_named_tuples_share_one_class_and_fields_shadow_tuple_methods() -> None:
     assert first.count == 7 and first.mu is None and second.zzz == 1
     assert first._fields == ("count", "mu") and first._asdict() == {"count": 7, "mu": None}
     assert first == (7, None) and first.type_name == "optax.ScaleByAdamState"
+
+
+def test_paths_of_two_decoders_compare_equal_by_their_keys() -> None:
+    document = msgpack.packb({"a": {"b": [msgpack.ExtType(6, b""), "bool", [0], 0, 0, 0]}})
+    assert fast_decode(document).arrays == exact_decode(document).arrays
+    assert ROOT.child("a").child(0) != ROOT.child("a").child("0")
+    assert ROOT.child("a").child(0) == "$.a[0]"

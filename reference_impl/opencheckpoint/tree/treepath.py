@@ -107,6 +107,25 @@ class TreePath:
 
     __repr__ = __str__
 
+    def __eq__(self, other: object) -> bool:
+        """Paths are equal when their keys are, level by level (two decoders' nodes compare equal)."""
+        if isinstance(other, str):
+            return str(self) == other
+        if not isinstance(other, TreePath):
+            return NotImplemented
+        left: TreePath | None = self
+        right: TreePath | None = other
+        while left is not None and right is not None:
+            if left is right:
+                return True
+            if left.length != right.length or type(left.key) is not type(right.key) or left.key != right.key:
+                return False
+            left, right = left.parent, right.parent
+        return left is right
+
+    def __hash__(self) -> int:
+        return hash((self.length, self.key))
+
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 
