@@ -84,7 +84,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     summary = describe(args.path)
     status = EXIT_OK if summary["ok"] else EXIT_INVALID
     if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        # Written piece by piece: ``dumps`` would hold the whole text and its pieces at once.
+        json.dump(summary, sys.stdout, indent=2, ensure_ascii=False)
+        print()
         return status
     out = output_console()
     out.print(f"{clip(summary['path'])} ({summary['form']}, format v{summary['format_version']})",

@@ -223,9 +223,12 @@ _DTENSOR_WORKER = textwrap.dedent('''
             from opencheckpoint import Checkpoint, UnsupportedValue
             try:
                 Checkpoint(model=model, durable=False).save(os.path.join(out, f"rank{rank}"))
-                print(f"rank {rank}: SAVED")
+                line = f"rank {rank}: SAVED"
             except UnsupportedValue as exc:
-                print(f"rank {rank}: REFUSED {exc}")
+                line = f"rank {rank}: REFUSED {exc}"
+            # One file per rank: two processes printing to one pipe may interleave their lines.
+            with open(os.path.join(out, f"result{rank}.txt"), "w") as handle:
+                handle.write(line)
         finally:
             dist.destroy_process_group()
 
@@ -246,8 +249,9 @@ def test_dtensor_module_is_refused_on_two_gloo_ranks(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
                           timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
-    assert len(lines) == 2, done.stdout
+    results = [tmp_path / f"result{rank}.txt" for rank in (0, 1)]
+    assert all(r.exists() for r in results), done.stdout + done.stderr[-3000:]
+    lines = [r.read_text() for r in results]
     for line in lines:
         assert "REFUSED" in line and "DTensor" in line and "full_tensor()" in line, line
         assert "$.weight" in line

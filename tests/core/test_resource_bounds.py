@@ -11,7 +11,9 @@ docs/guarantees.md ("Bad input").
 
 from __future__ import annotations
 
+import itertools
 import json
+import string
 import subprocess
 import sys
 import textwrap
@@ -54,6 +56,10 @@ _CHILD = textwrap.dedent("""
         result = [impl.run("read", [path], stdout=out), out.written]
     elif operation == "read":
         result = len(read_component(path, "model"))
+    elif operation == "inspect":
+        from opencheckpoint.inspect import describe
+        summary = describe(path)
+        result = [summary["ok"], max(len(a["path"]) for a in summary["components"]["model"]["arrays"])]
     else:
         report = validate(path)
         result = [(issue.error, issue.rule) for issue in report.errors]
@@ -136,3 +142,38 @@ def test_a_long_key_is_shortened_in_every_path_below_it(tmp_path: Path, fast: bo
     decoded = (fast_decode if fast else exact_decode)(document)
     assert len(decoded.arrays) == 2 and all(len(ref.path) < 1200 for ref in decoded.arrays)
     assert decoded.arrays[1].path.endswith(f"... (+{len(key) - PATH_KEY_CHARS} chars)][1]")
+
+
+def _deep_keys_document(levels: int, key_chars: int, arrays: int) -> bytes:
+    """``levels`` nested one-entry maps with ``key_chars``-character keys, then a list of empty bool arrays."""
+    empty_bool = [msgpack.ExtType(6, b""), "bool", [0], 0, 0, 0]
+    document: Any = [empty_bool] * arrays
+    for level in reversed(range(levels)):
+        document = {chr(97 + level % 26) * key_chars: document}
+    packed: bytes = msgpack.packb(document)
+    return packed
+
+
+@pytest.mark.parametrize("operation", ["inspect", "validate"])
+def test_deep_long_keys_cost_memory_linear_in_the_document(tmp_path: Path, operation: str) -> None:
+    """A path is a (parent, key) node, rendered on demand and clipped: 125 levels of 1,000-character keys
+    above 5,000 arrays no longer make each array keep a path of depth x key length (125 KB)."""
+    from opencheckpoint.tree.treepath import PATH_DISPLAY_CHARS
+
+    document = _deep_keys_document(125, 1000, 5000)
+    report = _measure(operation, _with_tree(tmp_path, document))
+    if operation == "inspect":
+        ok, longest = report["result"]
+        assert ok and PATH_DISPLAY_CHARS - 40 < longest < PATH_DISPLAY_CHARS + 40  # clipped, not whole
+    else:
+        assert report["result"] == []
+    assert report["peak"] - report["base"] <= ALLOWANCE + 80 * len(document), report
+
+
+def test_named_tuples_each_with_their_own_fields_stay_within_64_mib_plus_80_times_its_size(tmp_path: Path) -> None:
+    """One class serves every field set: 100,000 named tuples with distinct field names create no class each."""
+    names = ("".join(letters) for letters in itertools.product(string.ascii_lowercase, repeat=4))
+    document = msgpack.packb([[msgpack.ExtType(2, b""), "", {next(names): None}] for _ in range(100_000)])
+    report = _measure("validate", _with_tree(tmp_path, document))
+    assert report["result"] == []
+    assert report["peak"] - report["base"] <= ALLOWANCE + 80 * len(document), report

@@ -450,6 +450,8 @@ def storable(value: Any) -> Any:
             return storable(value.get_value())
     if value is None or isinstance(value, (jax.Array, np.ndarray, np.generic, str, bytes, int, float, complex)):
         return value
+    if isinstance(value, NamedTupleValue):  # a decoded one (its fields are per instance): type name kept
+        return NamedTupleValue(value.type_name, {name: storable(item) for name, item in value._asdict().items()})
     fields = getattr(type(value), "_fields", None) if isinstance(value, tuple) else None
     if isinstance(fields, tuple):
         return NamedTupleValue(f"{type(value).__module__}.{type(value).__qualname__}",

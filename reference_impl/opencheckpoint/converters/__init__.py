@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from ..checkpoint import Checkpoint, CheckpointFormat
+from ..errors import CheckpointError
 from ._common import ConversionError, Foreign
 from .exporting import ExportResult, export
 
@@ -63,6 +64,18 @@ def read_foreign(path: str | os.PathLike[str], source: SourceFormat | None = Non
     """Read a foreign checkpoint into the components and metadata :func:`convert` writes."""
     src = Path(path)
     kind = source or detect_source(src)
+    try:
+        return _read(src, kind, component=component, split=split, step=step)
+    except (CheckpointError, MemoryError):
+        raise
+    except Exception as exc:
+        # Each reader turns the failures it knows into ConversionError; a foreign library's own exception
+        # for a malformed file (zipfile, safetensors, orbax, NumPy) must not escape as a traceback either.
+        raise ConversionError(f"not a readable {kind} checkpoint: {type(exc).__name__}: {exc}",
+                              file=str(src)) from None
+
+
+def _read(src: Path, kind: str, *, component: str | None, split: bool, step: int | None) -> Foreign:
     if kind == "torch":
         from .torch_file import read_torch
 

@@ -41,19 +41,54 @@ class ExportResult:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    join = (lambda key: f"{prefix}.{key}") if prefix else str
+#: Longest name one exported array or value may have (UTF-8 bytes). Names are tree paths joined with dots:
+#: a deep tree of long keys would give every leaf a name of depth x key length.
+EXPORT_MAX_NAME_BYTES: Final = 64 * 1024
+#: Most bytes all names of one export may take together: below safetensors' 100,000,000-byte header limit,
+#: and what keeps an export's memory within a constant of the checkpoint's size (R-LIM-19).
+EXPORT_MAX_NAMES_BYTES: Final = 64 * 1024 * 1024
+
+
+class _Names:
+    """Counts the bytes of the names an export makes, refusing one before it is built (linear memory)."""
+
+    def __init__(self, src: str, component: str) -> None:
+        self.src = src
+        self.component = component
+        self.total = 0
+
+    def check(self, prefix: str, size: int) -> None:
+        if size > EXPORT_MAX_NAME_BYTES:
+            raise ConversionError(f"the export name of the value at {prefix[:200]!r}... would be {size} bytes; "
+                                  f"names may take at most {EXPORT_MAX_NAME_BYTES} bytes (shorten the keys, "
+                                  "or export one component)", file=self.src, field=f"components.{self.component}")
+        self.total += size
+        if self.total > EXPORT_MAX_NAMES_BYTES:
+            raise ConversionError(f"the export names would take more than {EXPORT_MAX_NAMES_BYTES} bytes "
+                                  f"(reached at {prefix[:200]!r}); the target file's header cannot hold them",
+                                  file=self.src, field=f"components.{self.component}")
+
+
+def _leaves(value: Any, prefix: str, names: _Names, size: int | None = None) -> Iterator[tuple[str, Any]]:
+    """``(name, leaf)`` for every leaf below ``value``; ``size`` is the UTF-8 length of ``prefix``."""
+    if size is None:
+        size = len(prefix.encode("utf-8", "surrogatepass"))
     if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, join(key))
-    elif isinstance(value, (list, tuple)) and not isinstance(value, NamedTupleValue):
-        for index, item in enumerate(value):
-            yield from _leaves(item, join(index))
+        items: Any = value.items()
     elif isinstance(value, NamedTupleValue):
-        for key, item in value._asdict().items():
-            yield from _leaves(item, join(key))
+        items = value._asdict().items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
     else:
+        names.check(prefix, size)
         yield prefix, value
+        return
+    for key, item in items:
+        text = str(key)
+        child_size = size + bool(prefix) + len(text.encode("utf-8", "surrogatepass"))
+        if child_size > EXPORT_MAX_NAME_BYTES:
+            names.check(prefix, child_size)  # raises before the name is built
+        yield from _leaves(item, f"{prefix}.{text}" if prefix else text, names, child_size)
 
 
 def export(
@@ -89,7 +124,7 @@ def export(
             if record.kind != "tree":
                 result.skipped[prefix or name] = f"a {record.kind!r} component (files, not arrays)"
                 continue
-            for path, leaf in _leaves(reader.read(name), prefix):
+            for path, leaf in _leaves(reader.read(name), prefix, _Names(str(src), name)):
                 if path in tensors or path in values:
                     raise ConversionError(f"two values export under the name {path!r}", file=str(src),
                                           field=f"components.{name}")

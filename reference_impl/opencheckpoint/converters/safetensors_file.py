@@ -12,6 +12,7 @@ from typing import Any, Final
 import numpy as np
 
 from ..dtypes import numpy_dtype
+from ..tree.decode import empty_array
 from ._common import ConversionError, Foreign, converted_from, require
 
 #: safetensors dtype code -> OpenCheckpoint dtype name.
@@ -56,7 +57,18 @@ def read_safetensors(path: Path, component: str = "model") -> Foreign:
             raise ConversionError(f"tensor {name!r} has dtype {code}, which OpenCheckpoint has no name for",
                                   file=str(path), field=name)
         dtype = numpy_dtype(SAFETENSORS_DTYPES[code])
-        tensors[name] = np.frombuffer(info["data"], dtype=dtype).reshape(info["shape"]).copy()
+        shape = tuple(info["shape"])
+        if 0 in shape:  # NumPy refuses some empty shapes (``[2**62, 0]``: "array is too big")
+            tensors[name] = empty_array(shape, dtype)
+            continue
+        if code == "BOOL" and bytes(info["data"]).translate(None, b"\x00\x01"):
+            raise ConversionError(f"bool tensor {name!r} holds a byte other than 00 or 01", file=str(path),
+                                  field=name)
+        try:
+            tensors[name] = np.frombuffer(info["data"], dtype=dtype).reshape(shape).copy()
+        except ValueError as exc:
+            raise ConversionError(f"tensor {name!r} of shape {list(shape)}: {exc}", file=str(path),
+                                  field=name) from None
     metadata: dict[str, Any] = {"converted_from": converted_from("safetensors", path)}
     if file_metadata:
         metadata[METADATA_KEY] = dict(file_metadata)

@@ -68,9 +68,12 @@ def load_weights_only(path: Path) -> Any:
         if any(cls.__name__ == "UnpicklingError" for cls in type(exc).__mro__):
             raise ConversionError(f"{PICKLE_ONLY_HINT} (torch: {_first_sentence(str(exc))})",
                                   file=str(path)) from None
-        if isinstance(exc, (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile)):
-            raise ConversionError(f"not a readable torch.save file: {exc}", file=str(path)) from None
-        raise
+        if isinstance(exc, MemoryError):
+            raise
+        # Any other failure is the file's: torch raises RuntimeError, EOFError, zipfile.BadZipFile, and for a
+        # safetensors file it reads itself the safetensors binding's own SafetensorError.
+        raise ConversionError(f"not a readable torch.save file: {type(exc).__name__}: {exc}",
+                              file=str(path)) from None
 
 
 def read_torch(path: Path, component: str = "model", *, split: bool = False) -> Foreign:

@@ -49,7 +49,11 @@ class _Source:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._zip = zipfile.ZipFile(path) if path.is_file() else None
+        try:
+            self._zip = zipfile.ZipFile(path) if path.is_file() else None
+        except (OSError, zipfile.BadZipFile, ValueError) as exc:
+            raise ConversionError(f"not a torchrl checkpoint directory or ZIP archive: {exc}",
+                                  file=str(path)) from None
 
     def close(self) -> None:
         if self._zip is not None:

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from .exact import PATH_KEY_CHARS as PATH_KEY_CHARS
 from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
 from .fast import fast_decode as fast_decode
 from .nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue
+from .treepath import PATH_KEY_CHARS as PATH_KEY_CHARS
 
 
 def decode_tree(data: bytes, *, understood_tags: Collection[int] = ()) -> DecodedTree:

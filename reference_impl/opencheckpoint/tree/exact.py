@@ -24,6 +24,7 @@ from ..errors import LimitExceeded, TreeError, UnknownDtype
 from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from .encode import big_int_bytes
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .treepath import ROOT, TreePath
 
 _PRNG_IMPL = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+", re.ASCII)
 _EXT_BYTES = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
@@ -49,25 +50,6 @@ class DecodedTree:
     has_placeholders: bool
 
 
-#: A str key longer than this appears shortened in tree paths: every node below a key repeats the
-#: key in its path, so a key of megabytes would make decoding quadratic in the document's size.
-#: Real state-dict keys are far shorter, so the paths users see (``inspect``, errors) stay whole.
-PATH_KEY_CHARS = 1024
-
-
-def _key_path(path: str, key: str | int) -> str:
-    """The path of a map entry: ``$.name``, ``$['not an identifier']``, ``$[3]``; a long key shortened.
-
-    >>> _key_path("$", "w"), _key_path("$", 3), _key_path("$", "a" * 1030)[-20:]
-    ('$.w', '$[3]', "aaaa'... (+6 chars)]")
-    """
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    if len(key) > PATH_KEY_CHARS:
-        return f"{path}[{key[:PATH_KEY_CHARS]!r}... (+{len(key) - PATH_KEY_CHARS} chars)]"
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
-
-
 
 class _Parser:
     """Recursive descent over one msgpack document; depth is bounded by R-LIM-10 before recursing."""
@@ -85,33 +67,33 @@ class _Parser:
         self.understood_tags = understood_tags
 
     # -- primitives ------------------------------------------------------------------
-    def fail(self, message: str, path: str, rule: str) -> NoReturn:
-        raise TreeError(f"{message} (byte {self.pos})", field=path, rule=rule)
+    def fail(self, message: str, path: TreePath, rule: str) -> NoReturn:
+        raise TreeError(f"{message} (byte {self.pos})", field=str(path), rule=rule)
 
-    def count(self, path: str) -> None:
+    def count(self, path: TreePath) -> None:
         """One object begins: every object but the root is one its parent's header declared."""
         if self.nodes:
             self.pending -= 1
         self.nodes += 1
         if self.nodes > TREE_MAX_NODES:
-            raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=path, rule="R-LIM-11")
+            raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=str(path), rule="R-LIM-11")
 
-    def take(self, size: int, path: str) -> bytes:
+    def take(self, size: int, path: TreePath) -> bytes:
         if self.pos + size > self.end:
             self.fail("the document ends inside an object", path, "R-TREE-1")
         chunk = self.data[self.pos : self.pos + size]
         self.pos += size
         return chunk
 
-    def peek(self, path: str) -> int:
+    def peek(self, path: TreePath) -> int:
         if self.pos >= self.end:
             self.fail("the document ends where an object was expected", path, "R-TREE-1")
         return self.data[self.pos]
 
-    def unpack(self, fmt: str, size: int, path: str) -> Any:
+    def unpack(self, fmt: str, size: int, path: TreePath) -> Any:
         return struct.unpack(fmt, self.take(size, path))[0]
 
-    def container_length(self, minimum_each: int, path: str) -> int:
+    def container_length(self, minimum_each: int, path: TreePath) -> int:
         """Header of an array (elements >= 1 byte) or map (entries >= 2 bytes); consumes it."""
         byte = self.data[self.pos]
         self.pos += 1
@@ -127,19 +109,19 @@ class _Parser:
         if self.nodes + self.pending > TREE_MAX_NODES:
             raise LimitExceeded(f"declares {length} {'entries' if minimum_each == 2 else 'elements'}: the "
                                 f"document would hold {self.nodes + self.pending} msgpack objects, limit "
-                                f"{TREE_MAX_NODES}", field=path, rule="R-LIM-11")
+                                f"{TREE_MAX_NODES}", field=str(path), rule="R-LIM-11")
         # Every element needs at least one byte: no allocation beyond what the bytes can hold (R-LIM-0).
         if length * minimum_each > self.end - self.pos:
             self.fail(f"declares {length} elements but only {self.end - self.pos} bytes follow", path, "R-TREE-1")
         return length
 
-    def enter(self, depth: int, path: str) -> int:
+    def enter(self, depth: int, path: TreePath) -> int:
         if depth + 1 > TREE_MAX_DEPTH:
-            raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH} arrays and maps", field=path,
+            raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH} arrays and maps", field=str(path),
                                 rule="R-LIM-10")
         return depth + 1
 
-    def sized(self, byte: int, path: str, small_base: int, codes: tuple[int, int, int],
+    def sized(self, byte: int, path: TreePath, small_base: int, codes: tuple[int, int, int],
               big_int: bool = False) -> bytes:
         """Read a str or bin payload after its header byte, checking R-LIM-12 (and for a big int's
         magnitude R-LIM-18) on the declared length before R-TREE-1."""
@@ -152,14 +134,14 @@ class _Parser:
         else:
             length = self.unpack(">I", 4, path)
         if length > TREE_MAX_STR_BYTES:
-            raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=path,
+            raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=str(path),
                                 rule="R-LIM-12")
         if big_int and length > TREE_MAX_BIG_INT_BYTES:
             raise LimitExceeded(f"a big int magnitude of {length} bytes, limit {TREE_MAX_BIG_INT_BYTES}",
-                                field=path, rule="R-LIM-18")
+                                field=str(path), rule="R-LIM-18")
         return self.take(length, path)
 
-    def string(self, path: str) -> str:
+    def string(self, path: TreePath) -> str:
         byte = self.data[self.pos]
         self.pos += 1
         raw = self.sized(byte, path, 0xA0, (0xD9, 0xDA, 0xDB))
@@ -168,12 +150,12 @@ class _Parser:
         except UnicodeDecodeError:
             self.fail("a str is not valid UTF-8", path, "R-TREE-9")
 
-    def binary(self, path: str, *, big_int: bool = False) -> bytes:
+    def binary(self, path: TreePath, *, big_int: bool = False) -> bytes:
         byte = self.data[self.pos]
         self.pos += 1
         return self.sized(byte, path, 0, (0xC4, 0xC5, 0xC6), big_int)
 
-    def integer(self, path: str) -> int:
+    def integer(self, path: TreePath) -> int:
         byte = self.data[self.pos]
         self.pos += 1
         if byte < 0x80:
@@ -183,7 +165,7 @@ class _Parser:
         size, fmt = _UINT.get(byte) or _SINT[byte]
         return int(self.unpack(fmt, size, path))
 
-    def floating(self, path: str) -> float:
+    def floating(self, path: TreePath) -> float:
         byte = self.data[self.pos]
         self.pos += 1
         if byte == 0xCB:
@@ -195,7 +177,7 @@ class _Parser:
             return float(struct.unpack(">d", struct.pack(">Q", double))[0])
         return float(struct.unpack(">f", struct.pack(">I", bits))[0])
 
-    def marker(self, path: str) -> int:
+    def marker(self, path: TreePath) -> int:
         """Read an ext object; return its type if it is a well-formed tag marker (R-TREE-13, R-TREE-14)."""
         byte = self.data[self.pos]
         self.pos += 1
@@ -210,7 +192,7 @@ class _Parser:
         return code
 
     # -- nodes -----------------------------------------------------------------------
-    def value(self, depth: int, path: str) -> Any:
+    def value(self, depth: int, path: TreePath) -> Any:
         byte = self.peek(path)
         self.count(path)
         if byte in _INT_BYTES:
@@ -236,16 +218,16 @@ class _Parser:
             self.fail("a tag marker may only be element 0 of an array", path, "R-TREE-15")
         self.fail(f"byte {byte:#04x} starts no msgpack object of the node vocabulary", path, "R-TREE-3")
 
-    def array(self, depth: int, path: str) -> Any:
+    def array(self, depth: int, path: TreePath) -> Any:
         depth = self.enter(depth, path)
         length = self.container_length(1, path)
         if length and self.data[self.pos] in _EXT_BYTES:
-            self.count(f"{path}[0]")
-            tag = self.marker(f"{path}[0]")
+            self.count(path.child(0))
+            tag = self.marker(path.child(0))
             return self.tagged(tag, length - 1, depth, path)
-        return [self.value(depth, f"{path}[{i}]") for i in range(length)]
+        return [self.value(depth, path.child(i)) for i in range(length)]
 
-    def mapping(self, depth: int, path: str, *, int_keys: bool) -> dict[str | int, Any]:
+    def mapping(self, depth: int, path: TreePath, *, int_keys: bool) -> dict[str | int, Any]:
         depth = self.enter(depth, path)
         length = self.container_length(2, path)
         out: dict[str | int, Any] = {}
@@ -266,25 +248,25 @@ class _Parser:
                 self.fail("named tuple field names are str", path, "R-TREE-20")
             if key in out:
                 self.fail(f"duplicate map key {key!r}", path, "R-TREE-11")
-            out[key] = self.value(depth, _key_path(path, key))
+            out[key] = self.value(depth, path.child(key))
         return out
 
-    def expect(self, kinds: frozenset[int], what: str, path: str, rule: str) -> None:
+    def expect(self, kinds: frozenset[int], what: str, path: TreePath, rule: str) -> None:
         byte = self.peek(path)
         if byte not in kinds:
             self.fail(f"field must be {what}, found a value starting with byte {byte:#04x}", path, rule)
         self.count(path)
 
-    def uint(self, path: str, rule: str) -> int:
+    def uint(self, path: TreePath, rule: str) -> int:
         self.expect(_INT_BYTES, "an unsigned int", path, rule)
         number = self.integer(path)
         if number < 0:
             self.fail(f"field is {number}; it must be >= 0", path, rule)
         return number
 
-    def tagged(self, tag: int, fields: int, depth: int, path: str) -> Any:
+    def tagged(self, tag: int, fields: int, depth: int, path: TreePath) -> Any:
         if tag == Tag.TUPLE:
-            return tuple(self.value(depth, f"{path}[{i}]") for i in range(1, fields + 1))
+            return tuple(self.value(depth, path.child(i)) for i in range(1, fields + 1))
         if 9 <= tag <= 63:
             self.fail(f"tag {tag} is reserved for future versions of the format", path, "R-TREE-18")
         if tag >= 64 and tag not in self.understood_tags:
@@ -298,14 +280,14 @@ class _Parser:
         if tag == Tag.ARRAY:
             return self.array_node(depth, path)
         if tag == Tag.NAMED_TUPLE:
-            self.expect(_STR_BYTES, "a str (type name)", f"{path}[1]", "R-TREE-17")
-            type_name = self.string(f"{path}[1]")
-            self.expect(_MAP_BYTES, "a map (fields)", f"{path}[2]", "R-TREE-17")
-            body = self.mapping(depth, f"{path}[2]", int_keys=False)
+            self.expect(_STR_BYTES, "a str (type name)", path.child(1), "R-TREE-17")
+            type_name = self.string(path.child(1))
+            self.expect(_MAP_BYTES, "a map (fields)", path.child(2), "R-TREE-17")
+            body = self.mapping(depth, path.child(2), int_keys=False)
             return NamedTupleValue(type_name, body)  # type: ignore[arg-type]  # int_keys=False: str keys only
         if tag == Tag.BIG_INT:
-            self.expect(_BIN_BYTES, "a bin (magnitude)", f"{path}[1]", "R-TREE-17")
-            raw = self.binary(f"{path}[1]", big_int=True)
+            self.expect(_BIN_BYTES, "a bin (magnitude)", path.child(1), "R-TREE-17")
+            raw = self.binary(path.child(1), big_int=True)
             if not raw or big_int_bytes(int.from_bytes(raw, "little", signed=True)) != raw:
                 self.fail("big int magnitude is not the minimal two's complement encoding", path, "R-TREE-21")
             number = int.from_bytes(raw, "little", signed=True)
@@ -316,64 +298,64 @@ class _Parser:
         if tag == Tag.COMPLEX:
             parts = []
             for index in (1, 2):
-                self.expect(_FLOAT_BYTES, "a float", f"{path}[{index}]", "R-TREE-17")
-                parts.append(self.floating(f"{path}[{index}]"))
+                self.expect(_FLOAT_BYTES, "a float", path.child(index), "R-TREE-17")
+                parts.append(self.floating(path.child(index)))
             return complex(parts[0], parts[1])
         if tag == Tag.SCALAR:
-            self.expect(_STR_BYTES, "a str (dtype)", f"{path}[1]", "R-TREE-17")
-            name = self.string(f"{path}[1]")
-            self.expect(_BIN_BYTES, "a bin (raw value)", f"{path}[2]", "R-TREE-17")
-            raw = self.binary(f"{path}[2]")
-            size = _itemsize(name, f"{path}[1]")
+            self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
+            name = self.string(path.child(1))
+            self.expect(_BIN_BYTES, "a bin (raw value)", path.child(2), "R-TREE-17")
+            raw = self.binary(path.child(2))
+            size = _itemsize(name, path.child(1))
             if len(raw) != size:
-                self.fail(f"{name} scalar needs {size} bytes, got {len(raw)}", f"{path}[2]", "R-TREE-23")
+                self.fail(f"{name} scalar needs {size} bytes, got {len(raw)}", path.child(2), "R-TREE-23")
             if name == "bool" and raw not in (b"\x00", b"\x01"):
-                self.fail(f"bool scalar byte is {raw.hex()}, not 00 or 01", f"{path}[2]", "R-TREE-24")
+                self.fail(f"bool scalar byte is {raw.hex()}, not 00 or 01", path.child(2), "R-TREE-24")
             return np.frombuffer(raw, dtype=numpy_dtype(name))[0]
         if tag == Tag.PRNG_KEY:
             return self.prng_key(depth, path)
         # Tag.DTYPE
-        self.expect(_STR_BYTES, "a str (dtype)", f"{path}[1]", "R-TREE-17")
-        name = self.string(f"{path}[1]")
-        _itemsize(name, f"{path}[1]")
+        self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
+        name = self.string(path.child(1))
+        _itemsize(name, path.child(1))
         self.placeholders = True
         return DtypeValue(name)
 
-    def array_node(self, depth: int, path: str) -> ArrayRef:
-        self.expect(_STR_BYTES, "a str (dtype)", f"{path}[1]", "R-TREE-17")
-        name = self.string(f"{path}[1]")
-        shape_path = f"{path}[2]"
+    def array_node(self, depth: int, path: TreePath) -> ArrayRef:
+        self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
+        name = self.string(path.child(1))
+        shape_path = path.child(2)
         self.expect(_ARRAY_BYTES, "an array of unsigned ints (shape)", shape_path, "R-ARR-1")
         inner = self.enter(depth, shape_path)
         del inner
         length = self.container_length(1, shape_path)
-        shape = tuple(self.uint(f"{shape_path}[{i}]", "R-ARR-1") for i in range(length))
-        offset = self.uint(f"{path}[3]", "R-ARR-2")
-        nbytes = self.uint(f"{path}[4]", "R-ARR-2")
-        crc = self.uint(f"{path}[5]", "R-ARR-2")
+        shape = tuple(self.uint(shape_path.child(i), "R-ARR-1") for i in range(length))
+        offset = self.uint(path.child(3), "R-ARR-2")
+        nbytes = self.uint(path.child(4), "R-ARR-2")
+        crc = self.uint(path.child(5), "R-ARR-2")
         if crc > 0xFFFFFFFF:
-            self.fail(f"crc32c {crc} does not fit 32 bits", f"{path}[5]", "R-ARR-3")
-        _itemsize(name, f"{path}[1]")
+            self.fail(f"crc32c {crc} does not fit 32 bits", path.child(5), "R-ARR-3")
+        _itemsize(name, path.child(1))
         ref = ArrayRef(name, shape, offset, nbytes, crc, path)
         self.arrays.append(ref)
         self.placeholders = True
         return ref
 
-    def prng_key(self, depth: int, path: str) -> PRNGKeyValue:
-        self.expect(_STR_BYTES, "a str (impl)", f"{path}[1]", "R-TREE-17")
-        impl = self.string(f"{path}[1]")
-        data_path = f"{path}[2]"
+    def prng_key(self, depth: int, path: TreePath) -> PRNGKeyValue:
+        self.expect(_STR_BYTES, "a str (impl)", path.child(1), "R-TREE-17")
+        impl = self.string(path.child(1))
+        data_path = path.child(2)
         byte = self.peek(data_path)
         start = self.pos
         if byte not in _ARRAY_BYTES:
             self.fail("PRNG key data must be an array node (tag 6)", data_path, "R-TREE-17")
         data = self.value(depth, data_path)
-        if not isinstance(data, ArrayRef) or data.path != data_path:
+        if not isinstance(data, ArrayRef) or data.where is not data_path:
             self.pos = start
             self.fail("PRNG key data must be an array node (tag 6)", data_path, "R-TREE-17")
         if impl not in PRNG_IMPL_KEY_SHAPES and not _PRNG_IMPL.fullmatch(impl):
             self.fail(f"PRNG impl {impl!r} is not threefry2x32, rbg, unsafe_rbg or a namespaced name",
-                      f"{path}[1]", "R-TREE-25")
+                      path.child(1), "R-TREE-25")
         if data.dtype != "uint32":
             self.fail(f"PRNG key data has dtype {data.dtype}, not uint32", data_path, "R-TREE-26")
         key_shape = PRNG_IMPL_KEY_SHAPES.get(impl)
@@ -385,18 +367,18 @@ class _Parser:
 
     def document(self) -> Any:
         if self.end == 0:
-            self.fail("tree.msgpack is empty", "$", "R-TREE-1")
-        root = self.value(0, "$")
+            self.fail("tree.msgpack is empty", ROOT, "R-TREE-1")
+        root = self.value(0, ROOT)
         if self.pos != self.end:
             raise TreeError(f"{self.end - self.pos} bytes after the end of the root object", field="$",
                             rule="R-TREE-2")
         return root
 
 
-def _itemsize(name: str, path: str) -> int:
+def _itemsize(name: str, path: TreePath) -> int:
     entry = DTYPES.get(name)
     if entry is None:
-        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=path, rule="R-DT-1")
+        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=str(path), rule="R-DT-1")
     return entry[0]
 
 

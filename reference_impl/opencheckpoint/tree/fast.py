@@ -15,8 +15,9 @@ import numpy as np
 from ..dtypes import DTYPES, numpy_dtype
 from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from .encode import big_int_bytes
-from .exact import _FIELDS, _PRNG_IMPL, PATH_KEY_CHARS, DecodedTree, _key_path
+from .exact import _FIELDS, _PRNG_IMPL, DecodedTree
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .treepath import ROOT, TreePath
 
 
 class _Doubt(Exception):
@@ -70,7 +71,7 @@ def fast_decode(data: bytes) -> DecodedTree:
     if not canonical:
         raise _DOUBT
     walk = _FastWalk()
-    root = walk.value(parsed, 0, "$")
+    root = walk.value(parsed, 0, ROOT)
     return DecodedTree(root, walk.arrays, walk.placeholders)
 
 
@@ -83,7 +84,7 @@ class _FastWalk:
         self.arrays: list[ArrayRef] = []
         self.placeholders = False
 
-    def value(self, obj: Any, depth: int, path: str) -> Any:
+    def value(self, obj: Any, depth: int, path: TreePath) -> Any:
         """The node for ``obj``. Lists and dicts are the decoder's own objects, their children
         replaced in place: no second copy of the tree is ever held (a document of empty lists
         costs some 72 bytes of memory per byte)."""
@@ -95,18 +96,14 @@ class _FastWalk:
             out = obj  # values are replaced in place; the keys (and their order) stay
             for key, item in obj.items():
                 key_kind = type(key)
-                if key_kind is str:
-                    child = (f"{path}.{key}" if len(key) <= PATH_KEY_CHARS and key.isidentifier()
-                             else _key_path(path, key))
-                elif key_kind is int:
-                    child = f"{path}[{key}]"
-                else:
+                if key_kind is not str and key_kind is not int:
                     raise _DOUBT
                 item_kind = type(item)
+                # A path node only for what can hold an array or fail: plain leaves need none.
                 if item_kind is list and len(item) == 6 and item[0] is _ARRAY_MARKER:
-                    out[key] = self.array_node(item, depth + 1, child)  # the common leaf, inlined
+                    out[key] = self.array_node(item, depth + 1, path.child(key))  # the common leaf, inlined
                 elif item_kind is list or item_kind is dict:
-                    out[key] = self.value(item, depth, child)
+                    out[key] = self.value(item, depth, path.child(key))
                 elif item_kind not in _PLAIN:
                     raise _DOUBT
             return out
@@ -118,19 +115,19 @@ class _FastWalk:
                 return self.tagged(obj, depth, path)
             for i, item in enumerate(obj):
                 if type(item) not in _PLAIN:  # plain leaves are nodes as they are
-                    obj[i] = self.value(item, depth, f"{path}[{i}]")
+                    obj[i] = self.value(item, depth, path.child(i))
             return obj
         if kind in _PLAIN:
             return obj
         raise _DOUBT  # an ext object outside element 0 of an array, a timestamp
 
-    def tagged(self, obj: list[Any], depth: int, path: str) -> Any:
+    def tagged(self, obj: list[Any], depth: int, path: TreePath) -> Any:
         marker = obj[0]
         tag = marker.code
         if marker.data or not 1 <= tag <= 8:
             raise _DOUBT
         if tag == 1:  # Tag.TUPLE
-            return tuple(self.value(obj[i], depth, f"{path}[{i}]") for i in range(1, len(obj)))
+            return tuple(self.value(obj[i], depth, path.child(i)) for i in range(1, len(obj)))
         if len(obj) - 1 != _FIELDS[tag]:
             raise _DOUBT
         if tag == 6:  # Tag.ARRAY
@@ -141,11 +138,11 @@ class _FastWalk:
             if type(first) is not str or type(body) is not dict or depth + 1 > TREE_MAX_DEPTH:
                 raise _DOUBT
             fields: dict[str, Any] = {}
-            body_path = f"{path}[2]"
+            body_path = path.child(2)
             for key, item in body.items():
                 if type(key) is not str:
                     raise _DOUBT
-                fields[key] = self.value(item, depth + 1, _key_path(body_path, key))
+                fields[key] = self.value(item, depth + 1, body_path.child(key))
             return NamedTupleValue(first, fields)
         if tag == 3:  # Tag.BIG_INT
             if type(first) is not bytes or not first or len(first) > TREE_MAX_BIG_INT_BYTES:
@@ -173,7 +170,7 @@ class _FastWalk:
                 raise _DOUBT
             if first not in PRNG_IMPL_KEY_SHAPES and not _PRNG_IMPL.fullmatch(first):
                 raise _DOUBT
-            ref = self.array_node(data, depth + 1, f"{path}[2]")
+            ref = self.array_node(data, depth + 1, path.child(2))
             key_shape = PRNG_IMPL_KEY_SHAPES.get(first)
             if ref.dtype != "uint32" or (key_shape is not None and (not ref.shape or ref.shape[-1] != key_shape[0])):
                 raise _DOUBT
@@ -184,7 +181,7 @@ class _FastWalk:
         self.placeholders = True
         return DtypeValue(first)
 
-    def array_node(self, obj: list[Any], depth: int, path: str) -> ArrayRef:
+    def array_node(self, obj: list[Any], depth: int, path: TreePath) -> ArrayRef:
         _, name, shape, offset, nbytes, crc = obj
         if (type(name) is not str or type(shape) is not list or type(offset) is not int or type(nbytes) is not int
                 or type(crc) is not int or offset < 0 or nbytes < 0 or not 0 <= crc <= 0xFFFFFFFF

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from functools import cache
 from typing import Any
 
 import numpy as np
+
+from .treepath import TreePath
 
 
 class Tag(IntEnum):
@@ -58,19 +59,28 @@ class NamedTupleValue(tuple[Any, ...]):
 
     The reader never imports ``type_name``; adapters rebuild the live type from
     the object being restored. Field access by attribute works even for names
-    that shadow tuple methods (optax states have a ``count`` field): each
-    field set gets a cached subclass with one read-only property per field.
+    that shadow tuple methods (optax states have a ``count`` field): public
+    field names are looked up before the class's attributes. One class serves
+    every field set: a class per field set would cost kilobytes per node of a
+    hostile document whose named tuples each have their own fields, and could
+    never be freed (R-LIM-19).
     """
 
     _type_name: str  # set in __new__; read through the ``type_name`` property
     _fields: tuple[str, ...]
 
     def __new__(cls, type_name: str, fields: dict[str, Any]) -> NamedTupleValue:
-        names = tuple(fields)
-        subclass = _named_tuple_class(names) if cls is NamedTupleValue else cls
-        self = tuple.__new__(subclass, tuple(fields.values()))
+        self = tuple.__new__(cls, tuple(fields.values()))
         object.__setattr__(self, "_type_name", type_name)
+        object.__setattr__(self, "_fields", tuple(fields))
         return self
+
+    def __getattribute__(self, name: str) -> Any:
+        if name[:1] != "_":
+            fields = object.__getattribute__(self, "_fields")
+            if name in fields:
+                return tuple.__getitem__(self, fields.index(name))
+        return object.__getattribute__(self, name)
 
     @property
     def type_name(self) -> str:
@@ -85,19 +95,6 @@ class NamedTupleValue(tuple[Any, ...]):
 
     def __reduce__(self) -> Any:
         return (NamedTupleValue, (self.type_name, self._asdict()))
-
-
-def _field_property(index: int) -> property:
-    return property(lambda self: tuple.__getitem__(self, index))
-
-
-@cache
-def _named_tuple_class(names: tuple[str, ...]) -> type[NamedTupleValue]:
-    namespace: dict[str, Any] = {"_fields": names}
-    for index, name in enumerate(names):
-        if name.isidentifier() and not name.startswith("_"):
-            namespace[name] = _field_property(index)
-    return type("NamedTupleValue", (NamedTupleValue,), namespace)
 
 
 @dataclass(frozen=True)
@@ -134,4 +131,10 @@ class ArrayRef:
     offset: int
     nbytes: int
     crc32c: int
-    path: str
+    #: Where the node sits: a :class:`~opencheckpoint.tree.treepath.TreePath` (or a plain str).
+    where: TreePath | str
+
+    @property
+    def path(self) -> str:
+        """The node's tree path, clipped for display (see :mod:`opencheckpoint.tree.treepath`)."""
+        return str(self.where)
