@@ -26,8 +26,8 @@ _PICKLE_MAGIC = b"\x80"
 PICKLE_ONLY_HINT = (
     "this torch.save file needs full unpickling (it stores Python objects such as a whole nn.Module or a "
     "custom class), and OpenCheckpoint never runs code from a file. In code you trust, load it with "
-    "torch.load(path, weights_only=False), save the plain state (module.state_dict(), tensors, numbers) with "
-    "opencheckpoint.Checkpoint or torch.save, and convert that"
+    "torch's full unpickler (torch.load with weights_only=False), save the plain state "
+    "(module.state_dict(), tensors, numbers) with opencheckpoint.Checkpoint or torch.save, and convert that"
 )
 
 
