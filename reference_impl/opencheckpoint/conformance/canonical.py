@@ -25,6 +25,7 @@ import json
 import math
 import os
 import struct
+from collections.abc import Callable
 from typing import Any, Final, TextIO
 
 import numpy as np
@@ -195,36 +196,7 @@ def render_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises the first :class:`~opencheckpoint.errors.CheckpointError` that
     validation reports (spec R-RDR-5: every check happens before anything is printed).
     """
-    from ..reader import CheckpointReader
-    from ..validate import validate
-
-    report = validate(path)
-    if not report.ok:
-        raise first_error(report)
-    with CheckpointReader(path) as reader:
-        manifest = reader.manifest
-        # the source, not the path: an .oc-old fallback (R-PUB-13) is read in place of a missing path
-        form = reader.source.form
-        components: dict[str, Any] = {}
-        for name, raw in manifest["components"].items():
-            record: dict[str, Any] = {"kind": raw["kind"], "kind_version": raw["kind_version"], "path": raw["path"]}
-            for optional in ("hints", "metadata"):
-                if optional in raw:
-                    record[optional] = raw[optional]
-            record["files"] = raw["files"]
-            record["content"] = _render_content(reader, name, raw)
-            components[name] = record
-        return {
-            "rendering": RENDERING_VERSION,
-            "form": form,
-            "format_version": manifest["format_version"],
-            "checkpoint_id": manifest["checkpoint_id"],
-            "created_at": manifest["created_at"],
-            "producer": manifest["producer"],
-            "metadata": manifest["metadata"],
-            "extensions": manifest["extensions"],
-            "components": components,
-        }
+    return _rendering(path, _render_content)
 
 
 def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> None:
@@ -235,6 +207,18 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
     decoded trees plus a constant (the whole rendering is some 20 to 60 times the size of
     ``tree.msgpack``: a tree of 10 million ``nil`` took 5.7 GiB as one document).
     """
+
+    def lazy_trees(reader: Any, name: str, raw: dict[str, Any]) -> Any:
+        if raw["kind"] == "tree":
+            return {"type": "tree", "root": _Lazy(reader.read(name))}
+        return _render_content(reader, name, raw)
+
+    _write_json(_rendering(path, lazy_trees), out.write, 0)
+    out.write("\n")
+
+
+def _rendering(path: str | os.PathLike[str], content: Callable[[Any, str, dict[str, Any]], Any]) -> dict[str, Any]:
+    """The Appendix B document of a fully validated checkpoint, each component's content made by ``content``."""
     from ..reader import CheckpointReader
     from ..validate import validate
 
@@ -243,7 +227,6 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
         raise first_error(report)
     with CheckpointReader(path) as reader:
         manifest = reader.manifest
-        form = reader.source.form
         components: dict[str, Any] = {}
         for name, raw in manifest["components"].items():
             record: dict[str, Any] = {"kind": raw["kind"], "kind_version": raw["kind_version"], "path": raw["path"]}
@@ -251,14 +234,12 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
                 if optional in raw:
                     record[optional] = raw[optional]
             record["files"] = raw["files"]
-            if raw["kind"] == "tree":
-                record["content"] = {"type": "tree", "root": _Lazy(reader.read(name))}
-            else:
-                record["content"] = _render_content(reader, name, raw)
+            record["content"] = content(reader, name, raw)
             components[name] = record
-        document = {
+        return {
             "rendering": RENDERING_VERSION,
-            "form": form,
+            # the source, not the path: an .oc-old fallback (R-PUB-13) is read in place of a missing path
+            "form": reader.source.form,
             "format_version": manifest["format_version"],
             "checkpoint_id": manifest["checkpoint_id"],
             "created_at": manifest["created_at"],
@@ -267,8 +248,6 @@ def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> Non
             "extensions": manifest["extensions"],
             "components": components,
         }
-    _write_json(document, out.write, 0)
-    out.write("\n")
 
 
 class _Lazy:
