@@ -5,6 +5,7 @@ object of that framework is saved or a component is read with
 ``framework="torch"`` / ``"jax"``.
 
 >>> from opencheckpoint import Checkpoint, convert, diff, export, read_component, validate
+>>> from opencheckpoint import CheckpointOptions, is_checkpoint, manifest, register_migration
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from .errors import (
     UnsupportedValue,
     UnsupportedVersion,
 )
+from .kind_migrations import register_migration
+from .options import CheckpointOptions
+from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader, open_checkpoint, read_component
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
 from .validate import ValidationReport, validate
@@ -45,6 +49,7 @@ __all__ = [
     "ArrayLayoutError",
     "Checkpoint",
     "CheckpointError",
+    "CheckpointOptions",
     "CheckpointReader",
     "ConversionError",
     "DiffReport",
@@ -74,7 +79,10 @@ __all__ = [
     "convert",
     "diff",
     "export",
+    "is_checkpoint",
+    "manifest",
     "open_checkpoint",
     "read_component",
+    "register_migration",
     "validate",
 ]

@@ -20,23 +20,25 @@ import logging
 import os
 import sys
 import uuid
-import warnings
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from . import loading
 from .adapters import registry
-from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
-from .casting import CastPolicy, Conversion
+from .adapters.base import Adapter, ComponentWriter, resolve_adapter
+from .casting import CastPolicy
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
+from .errors import CheckpointError, ConcurrentModification, UnsupportedValue
+from .loading import LoadResult
 from .location import local_path
-from .manifest import KIND_VERSIONS, MANIFEST_NAME
+from .manifest import MANIFEST_NAME
 from .manifest_builder import manifest_body
+from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
+from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
 from .strict_json import parse_ijson
@@ -44,38 +46,9 @@ from .strict_json import parse_ijson
 logger = logging.getLogger("opencheckpoint")
 
 CheckpointFormat = Literal["directory", "archive"]
-Strictness = Literal["error", "warn", "ignore"]
-_STRICTNESS = ("error", "warn", "ignore")
+_STRICTNESS = STRICTNESS
 _FORMATS = ("directory", "archive")
-
-
-@dataclass
-class LoadResult:
-    """What :meth:`Checkpoint.load` did.
-
-    Attributes:
-        loaded: components restored.
-        missing: requested components the checkpoint does not have.
-        incompatible: components that could not be restored -> reason.
-        unrequested: components in the checkpoint that were not requested.
-        values: the loaded value of each restored component.
-        manifest: the checkpoint's manifest (plain JSON).
-        versions: producer environment vs this runtime: name -> {checkpoint, runtime, matches}.
-        version_skew: True when any recorded version differs from the runtime's.
-        conversions: every array converted to another dtype (``cast=``), each marked lossy or not.
-        unused: component -> stored key paths not restored (outside ``subtree=``, dropped by ``rename=``).
-    """
-
-    loaded: set[str] = field(default_factory=set)
-    missing: set[str] = field(default_factory=set)
-    incompatible: dict[str, str] = field(default_factory=dict)
-    unrequested: set[str] = field(default_factory=set)
-    values: dict[str, Any] = field(default_factory=dict)
-    manifest: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    version_skew: bool = False
-    conversions: list[Conversion] = field(default_factory=list)
-    unused: dict[str, list[str]] = field(default_factory=dict)
+__all__ = ["Checkpoint", "CheckpointFormat", "CheckpointOptions", "LoadResult", "Strictness"]
 
 
 def runtime_environment() -> dict[str, str]:
@@ -143,6 +116,21 @@ class Checkpoint:
         sha256: also record SHA-256 of every file (content addressing; slower).
         durable: fsync files and directories before publishing (default True).
         **components: name -> live object or value.
+
+    Per-component options (:class:`~opencheckpoint.CheckpointOptions`: the
+    adapter, ``strict``, ``sha256``, ``verify``, arguments for the object's
+    own methods) are given to :meth:`register` and, per operation, as
+    ``component_options=`` of :meth:`save` and :meth:`load`.
+
+    Examples:
+        >>> import numpy as np, tempfile, os
+        >>> from opencheckpoint import Checkpoint, CheckpointOptions
+        >>> path = os.path.join(tempfile.mkdtemp(), "step-1")
+        >>> ckpt = Checkpoint(weights={"w": np.ones(2)})
+        >>> _ = ckpt.register("buffer", {"obs": np.zeros(3)}, options=CheckpointOptions(strict="ignore"))
+        >>> _ = ckpt.save(path, components=["weights"])
+        >>> sorted(ckpt.load(path).missing)  # "buffer" is optional: missing, not an error
+        ['buffer']
     """
 
     def __init__(
@@ -165,19 +153,30 @@ class Checkpoint:
         self.sha256 = sha256
         self.durable = durable
         self._components: dict[str, tuple[Any, Adapter | None]] = {}
+        self._options: dict[str, CheckpointOptions] = {}
         self._adapters: list[tuple[type, Adapter]] = []
         for name, value in components.items():
             self.register(name, value)
 
     # -- registration --------------------------------------------------------------
-    def register(self, name: str, value: Any, adapter: Adapter | None = None) -> Checkpoint:
-        """Add a component; ``adapter`` overrides the automatic choice. Returns ``self``."""
+    def register(self, name: str, value: Any, adapter: Adapter | None = None, *,
+                 options: CheckpointOptions | None = None) -> Checkpoint:
+        """Add a component; ``adapter`` overrides the automatic choice. Returns ``self``.
+
+        ``options`` are the component's persistent options; each :meth:`save`
+        and :meth:`load` may override them (``component_options=``).
+        """
         check_segment(name)
         if name in self._components:
             raise KeyError(f"component {name!r} is already registered")
         if adapter is not None and not isinstance(adapter, Adapter):
             raise TypeError("adapter must be an opencheckpoint.adapters.Adapter")
+        if options is not None and not isinstance(options, CheckpointOptions):
+            raise TypeError("options must be an opencheckpoint.CheckpointOptions")
+        if adapter is not None and options is not None and options.adapter is not None:
+            raise ValueError(f"component {name!r}: give the adapter once, as adapter= or in options")
         self._components[name] = (value, adapter)
+        self._options[name] = options or NO_OPTIONS
         return self
 
     def register_adapter(self, component_type: type, adapter: Adapter) -> Checkpoint:
@@ -192,9 +191,21 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._components
 
-    def _adapter(self, name: str) -> Adapter:
+    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS) -> Adapter:
         value, adapter = self._components[name]
-        return adapter or resolve_adapter(value, self._adapters)
+        chosen = options.adapter or adapter or resolve_adapter(value, self._adapters)
+        if options.has_method_args and not chosen.takes_method_args:
+            raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
+                            "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "
+                            "choose StateDictAdapter() or DumpLoadAdapter() in the options, or drop the arguments")
+        return chosen
+
+    def _merged(self, name: str, override: Mapping[str, CheckpointOptions]) -> CheckpointOptions:
+        return self._options.get(name, NO_OPTIONS).merged(override.get(name))
+
+    # -- reading without live objects (the seed's classmethods) ----------------------------
+    is_checkpoint = staticmethod(is_checkpoint)
+    manifest = staticmethod(manifest)
 
     def _selection(self, names: Collection[str] | None) -> list[str]:
         if names is None:
@@ -216,8 +227,13 @@ class Checkpoint:
         created_at: str | None = None,
         overwrite: bool = True,
         producer: Mapping[str, Any] | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
+
+        ``component_options``: name -> :class:`~opencheckpoint.CheckpointOptions`
+        merged over the registered ones for this save (``adapter``, ``sha256``,
+        ``save_args``/``save_kwargs``); a name that is not saved is a ``KeyError``.
 
         ``producer`` replaces the manifest's producer record (default: this
         implementation, its version and the runtime's package versions).
@@ -237,6 +253,9 @@ class Checkpoint:
         if output not in _FORMATS:
             raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
         names = self._selection(self.save_components if components is None else components)
+        overrides = check_option_names(component_options, names, "save")
+        options = {name: self._merged(name, overrides) for name in names}
+        adapters = {name: self._adapter(name, options[name]) for name in names}  # usage errors before any write
         user_metadata = dict(metadata or {})
         try:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
@@ -246,7 +265,7 @@ class Checkpoint:
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
                 records: dict[str, dict[str, Any]] = {}
                 for name in names:
-                    records[name] = self._save_component(name, staged)
+                    records[name] = self._save_component(name, staged, adapters[name], options[name])
                     staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
                 staged.commit(manifest_body(
                     records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
@@ -258,11 +277,13 @@ class Checkpoint:
             raise raced from exc
         return target
 
-    def _save_component(self, name: str, staged: StagedCheckpoint) -> dict[str, Any]:
+    def _save_component(self, name: str, staged: StagedCheckpoint, adapter: Adapter,
+                        options: CheckpointOptions) -> dict[str, Any]:
         value, _ = self._components[name]
-        adapter = self._adapter(name)
-        writer = ComponentWriter(staged.directory / "components" / name, durable=self.durable, sha256=self.sha256,
-                                 archive=staged.archive, member_prefix=f"components/{name}")
+        sha256 = self.sha256 if options.sha256 is None else options.sha256
+        writer = ComponentWriter(staged.directory / "components" / name, durable=self.durable, sha256=sha256,
+                                 archive=staged.archive, member_prefix=f"components/{name}",
+                                 method_args=options.save_args or (), method_kwargs=dict(options.save_kwargs or {}))
         fault_point(f"write-component:{name}")
         try:
             adapter.save(value, writer)
@@ -284,6 +305,7 @@ class Checkpoint:
         rename: Rename | None = None,
         cast: CastPolicy = None,
         subtree: str | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
     ) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
@@ -296,10 +318,19 @@ class Checkpoint:
         selected component, in phase 1, so the restore stays atomic; the
         result lists the conversions made and the entries left unused.
 
+        ``component_options``: name -> :class:`~opencheckpoint.CheckpointOptions`
+        merged over the registered ones for this load; its ``strict``,
+        ``verify``, ``map_location``, ``rename``, ``subtree``, ``cast`` and
+        ``load_args``/``load_kwargs`` apply to that component only and win over
+        the arguments above. A name that is not loaded is a ``KeyError``.
+
         Format-level problems (corruption, unsafe paths, unsupported versions)
         always raise. ``strict`` governs only missing and incompatible
         components: ``"error"`` raises :class:`IncompatibleComponent` before
         anything is restored, ``"warn"`` and ``"ignore"`` restore the rest.
+        A third-party kind stored at an older ``kind_version`` than its
+        adapter's is migrated by the steps registered with
+        :func:`~opencheckpoint.register_migration`.
 
         The restore is atomic across components: every selected component is
         read and checked first (checksums, structure, shapes, dtypes, what its
@@ -310,123 +341,38 @@ class Checkpoint:
         such restores run first, and the error's ``result.loaded`` lists what
         was restored before it.
         """
-        mode = strict or self.strict
-        if mode not in _STRICTNESS:
-            raise ValueError(f"strict must be one of {_STRICTNESS}, got {mode!r}")
         requested = self._selection(components)
-        RestorePlan(rename, subtree, cast)  # a bad option raises before anything is read
-        options = {"rename": rename, "subtree": subtree, "cast": cast}
+        overrides = check_option_names(component_options, requested, "load")
+        call = CheckpointOptions(strict=strict or self.strict, map_location=map_location, verify=verify,
+                                 rename=rename, subtree=subtree, cast=cast)  # a bad strict raises here
+        options = {name: call.merged(self._merged(name, overrides)) for name in requested}
+        for merged in options.values():  # a bad option raises before anything is read
+            RestorePlan(merged.rename, merged.subtree, merged.cast)
+        modes = {name: merged.strict or self.strict for name, merged in options.items()}
         with CheckpointReader(path) as reader:
             stored = reader.components
             versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
-            result = LoadResult(
-                missing={n for n in requested if n not in stored},
-                unrequested=set(stored) - set(requested),
-                manifest=reader.manifest,
-                versions=versions,
-                version_skew=skew,
-            )
+            result = LoadResult(missing={n for n in requested if n not in stored},
+                                unrequested=set(stored) - set(requested), manifest=reader.manifest,
+                                versions=versions, version_skew=skew)
             if skew:
                 logger.warning("checkpoint %s was written with other versions: %s", path,
                                {k: v for k, v in versions.items() if not v["matches"]})
-            plan: list[tuple[str, Adapter]] = []
+            plan: list[loading.ComponentLoad] = []
             for name in requested:
                 if name not in stored:
                     continue
-                adapter = self._adapter(name)
-                record = stored[name]
-                if record.kind != adapter.kind:
-                    result.incompatible[name] = (f"stored as a {record.kind!r} component; its adapter reads "
-                                                 f"{adapter.kind!r}")
-                elif record.kind in KIND_VERSIONS and record.kind_version > adapter.kind_version:
-                    result.incompatible[name] = (f"{record.kind} kind_version {record.kind_version} is newer "
-                                                 f"than supported ({adapter.kind_version})")
+                adapter = self._adapter(name, options[name])
+                mismatch = loading.kind_mismatch(stored[name], adapter)
+                if mismatch is not None:
+                    result.incompatible[name] = mismatch
                 else:
-                    plan.append((name, adapter))
-            self._report(result, mode, path)
-            prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify, options)
-            self._apply_all(prepared, result, mode, path)
+                    plan.append(loading.ComponentLoad(name, self._components[name][0], adapter, options[name],
+                                                      modes[name]))
+            loading.report(result, modes, path)
+            prepared = loading.prepare_all(plan, reader, result, path)
+            loading.apply_all(prepared, result, path)
         return result
-
-    def _prepare_all(self, plan: list[tuple[str, Adapter]], reader: CheckpointReader, result: LoadResult,
-                     mode: Strictness, path: Any, map_location: Any, verify: bool,
-                     options: Mapping[str, Any] | None = None) -> list[tuple[str, Adapter, PreparedRestore]]:
-        """Phase 1: read, verify and check every planned component; no live object is touched.
-
-        Any ``CheckpointError`` (corruption, and under ``strict="error"`` a
-        mismatch) propagates from here, before the first byte reaches a live object.
-        """
-        prepared: list[tuple[str, Adapter, PreparedRestore]] = []
-        for name, adapter in plan:
-            value, _ = self._components[name]
-            component_reader = ComponentReader(reader, name, map_location=map_location, verify=verify,
-                                               plan=RestorePlan(**(options or {})))
-            try:
-                restore = prepare_restore(adapter, value, component_reader, strict=mode)
-            except IncompatibleComponent as exc:
-                self._incompatible(result, name, exc, mode, path)
-                continue
-            result.conversions += component_reader.plan.conversions
-            if component_reader.plan.unused:
-                result.unused[name] = list(component_reader.plan.unused)
-            prepared.append((name, adapter, restore))
-        return prepared
-
-    def _apply_all(self, prepared: list[tuple[str, Adapter, PreparedRestore]], result: LoadResult,
-                   mode: Strictness, path: Any) -> None:
-        """Phase 2: apply every prepared restore.
-
-        Restores that could not be checked in phase 1 (one-phase adapters,
-        objects' own ``load_state_dict``) run first, so that when one raises,
-        no checked component has been applied yet; ``restore_last`` adapters
-        (global RNG state) still run last. If an apply raises, the components
-        applied before it stay applied and are listed in ``result.loaded``
-        (on the exception's ``result``); the ones after it are untouched.
-        """
-        prepared.sort(key=lambda item: (item[1].restore_last, item[2].checked))
-        for name, _, restore in prepared:
-            try:
-                loaded = restore.apply()
-            except IncompatibleComponent as exc:
-                self._incompatible(result, name, exc, mode, path, applied=True)
-                continue
-            except BaseException as exc:
-                exc.add_note(f"opencheckpoint: restoring component {name!r} of {path} failed after "
-                             f"{sorted(result.loaded) or 'no other component'} had been restored")
-                if isinstance(exc, CheckpointError) and exc.result is None:
-                    exc.result = result
-                raise
-            result.loaded.add(name)
-            if loaded is not None:
-                result.values[name] = loaded
-
-    def _incompatible(self, result: LoadResult, name: str, exc: IncompatibleComponent, mode: Strictness,
-                      path: Any, *, applied: bool = False) -> None:
-        """Record a component that does not fit; raise under ``strict="error"``, else warn or ignore."""
-        result.incompatible[name] = exc.message
-        if mode == "error":
-            exc.result = result
-            if applied:
-                done = sorted(result.loaded)
-                exc.message += (f" (raised by the adapter while restoring; already restored: {done})" if done
-                                else " (raised by the adapter while restoring; no other component was restored)")
-            raise exc.at(file=str(path), field=f"components.{name}")
-        self._report_one(name, exc.message, mode, stacklevel=5)
-
-    @staticmethod
-    def _report_one(name: str, reason: str, mode: str, stacklevel: int = 3) -> None:
-        if mode == "warn":
-            warnings.warn(f"checkpoint component {name!r} not restored: {reason}", stacklevel=stacklevel)
-
-    def _report(self, result: LoadResult, mode: str, path: Any) -> None:
-        problems = [f"{n}: missing from the checkpoint" for n in sorted(result.missing)]
-        problems += [f"{n}: {reason}" for n, reason in sorted(result.incompatible.items())]
-        if not problems:
-            return
-        if mode == "error":
-            raise IncompatibleComponent("; ".join(problems), file=str(path), result=result)
-        if mode == "warn":
-            warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
 
 
 def _json_bytes(value: Any) -> bytes:

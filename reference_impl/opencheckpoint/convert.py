@@ -15,7 +15,7 @@ import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
 from .tree.decode import DecodedTree, materialize
-from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
+from .tree.nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue
 
 
 def resolve(framework: str | Framework) -> Framework:
@@ -76,3 +76,30 @@ def materialize_views(decoded: DecodedTree, view: Callable[[ArrayRef], np.ndarra
         return node
 
     return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root
+
+
+def to_framework(value: Any, fw: Framework, map_location: Any) -> Any:
+    """A tree read with NumPy leaves (and possibly migrated, R-VER-5) handed to ``fw``, container by container.
+
+    The read path converts while it materializes (:func:`materialize_read`); this walk serves a tree that
+    had to be decoded to NumPy first, because a format migration step works on NumPy leaves.
+    """
+    from .dtypes import dtype_name
+
+    kind = type(value)
+    if kind is dict:
+        return {key: to_framework(item, fw, map_location) for key, item in value.items()}
+    if kind is list:
+        return [to_framework(item, fw, map_location) for item in value]
+    if kind is tuple:
+        return tuple(to_framework(item, fw, map_location) for item in value)
+    if kind is NamedTupleValue:
+        return NamedTupleValue(value.type_name, {k: to_framework(v, fw, map_location)
+                                                 for k, v in value._asdict().items()})
+    if isinstance(value, np.ndarray):
+        return fw.array(value, map_location=map_location)
+    if kind is PRNGKeyValue:
+        return fw.prng_key(value.impl, value.data, map_location=map_location)
+    if isinstance(value, np.dtype):
+        return fw.dtype(dtype_name(value))
+    return value

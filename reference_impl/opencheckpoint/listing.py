@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from .errors import CheckpointError, NotACheckpoint
 from .reader import CheckpointReader
-from .run import ARCHIVE_SUFFIX, _metric
+from .rotation import ARCHIVE_SUFFIX, _metric
 
 
 @dataclass

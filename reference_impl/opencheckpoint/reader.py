@@ -29,11 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from . import migrations
 from .adapters.frameworks import Framework
 from .arrays import LazyArray, array_view, fill_targets, match_targets, read_arrays, verify_view
-from .convert import materialize_read, materialize_views, numpy_framework, resolve
+from .convert import materialize_read, materialize_views, numpy_framework, resolve, to_framework
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
+from .kind_migrations import has_migrations, migrate_files, newest_version
+from .manifest import KIND_VERSIONS
 from .steps import CheckpointSteps
 from .tree.decode import materialize
 from .tree.nodes import ArrayRef, PRNGKeyValue
@@ -77,12 +80,23 @@ class CheckpointReader(CheckpointSteps):
         ``copy=False`` returns read-only views into the map (NumPy only);
         ``verify=False`` skips the per-array CRC-32C (an explicit opt-out).
         """
+        record = self.record(name)
+        if record.kind not in KIND_VERSIONS and has_migrations(record.kind):
+            return self.user_kind_files(name)
         record = self.check_kind(name)
         if record.kind == "json":
-            return self.json(name)
+            return self.migrated(name, self.json(name))
         if record.kind == "files":
-            return dict(self.iter_files(name, verify=verify))
+            return self.migrated(name, dict(self.iter_files(name, verify=verify)))
         fw = resolve(framework)
+        if self.parsed.written_version != migrations.DEFAULT_CHAIN.current_version:
+            # Payload steps work on the decoded tree with NumPy leaves (migrations.migrate_component):
+            # read that, migrate it, then hand its arrays to the framework.
+            tree = self.migrated(name, self._read_tree(name, numpy_framework(), verify, True, None))
+            return tree if fw.name == "numpy" else to_framework(tree, fw, map_location)
+        return self._read_tree(name, fw, verify, copy, map_location)
+
+    def _read_tree(self, name: str, fw: Framework, verify: bool, copy: bool, map_location: Any) -> Any:
         if copy:
             decoded, data_file, size = self.decoded_layout(name)
             fresh: dict[int, np.ndarray] = {}
@@ -134,6 +148,11 @@ class CheckpointReader(CheckpointSteps):
         A restore of several components prepares every one before it fills any
         (:meth:`Checkpoint.load <opencheckpoint.Checkpoint.load>`).
         """
+        if self.parsed.written_version != migrations.DEFAULT_CHAIN.current_version:
+            # A migrated tree is a new value: read (verified) and migrated now; the caller copies it
+            # into ``target``'s arrays (nothing here is filled in place).
+            tree = self.read(name, verify=verify)
+            return lambda: tree
         decoded, data_file, size = self.decoded_layout(name)
         targets: dict[int, np.ndarray] = {}
         match_targets(decoded.root, target, targets)
@@ -152,6 +171,32 @@ class CheckpointReader(CheckpointSteps):
 
         return fill
 
+    def user_kind_files(self, name: str) -> dict[str, bytes]:
+        """The verified files of a third-party kind whose steps were registered with
+        :func:`~opencheckpoint.register_migration`, brought to the newest version those steps reach."""
+        record = self.record(name)
+        files = {rel: self.read_small(name, rel) for rel in record.files}
+        target = newest_version(record.kind, record.kind_version)
+        try:
+            return migrate_files(record.kind, name, record.kind_version, target, files)
+        except CheckpointError as exc:
+            raise exc.at(file=str(self.path)) from None
+
+    def migrated(self, name: str, payload: Any) -> Any:
+        """The format's payload migration hook (R-VER-5): one comparison for a current-version checkpoint."""
+        return migrations.migrate_component(self.parsed.written_version, self.manifest["components"][name],
+                                            payload, migrations.DEFAULT_CHAIN)
+
+
+class _NoDefault:
+    """The marker of "no ``default=`` given" (``None`` is a valid default)."""
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+#: ``read_component``'s ``default`` when none is given: a missing component raises.
+NO_DEFAULT: Any = _NoDefault()
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:
@@ -168,8 +213,24 @@ def read_component(
     map_location: Any = None,
     rename: Any = None,
     subtree: str | None = None,
+    default: Any = NO_DEFAULT,
 ) -> Any:
     """Read one component's stored value (no live object needed), as ``framework`` objects.
+
+    ``default``: returned instead of raising when the checkpoint has no
+    component ``name`` (any other problem still raises). A component of a
+    third-party kind comes back as its verified files (``{name: bytes}``)
+    when migrations are registered for the kind
+    (:func:`~opencheckpoint.register_migration`), migrated to the newest
+    version they reach; any other third-party kind raises
+    :class:`~opencheckpoint.errors.UnknownComponentKind` (R-CMP-21).
+
+    Examples:
+        >>> import tempfile, os
+        >>> from opencheckpoint import Checkpoint, read_component
+        >>> path = Checkpoint(config={"lr": 0.1}).save(os.path.join(tempfile.mkdtemp(), "c"))
+        >>> read_component(path, "config"), read_component(path, "logger", default=None)
+        ({'lr': 0.1}, None)
 
     If another process replaces the checkpoint while it is read and the reader loses a file it
     could not hold open, the read starts over once on the new checkpoint (R-RDR-13).
@@ -183,6 +244,8 @@ def read_component(
     for attempt in range(2):
         try:
             with CheckpointReader(path) as reader:
+                if default is not NO_DEFAULT and name not in reader.components:
+                    return default
                 value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
             break
         except ConcurrentModification:

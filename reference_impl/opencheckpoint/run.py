@@ -26,459 +26,25 @@ Framework-neutral: works with any :class:`~opencheckpoint.Checkpoint`.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
-import signal
-import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, Literal, TypeVar
+from types import TracebackType
+from typing import Any, Literal
 
-from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
-from .container.debris import (
-    STALE_AFTER_S,
-    parse,
-    process_running,
-    process_token,
-    release,
-    working_path,
-)
-from .container.publish import clean_debris, remove_tree
-from .container.target import check_deletable, is_empty_directory
-from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
+from .checkpoint import Checkpoint, LoadResult
+from .errors import CheckpointError, NotACheckpoint
 from .location import local_path
 from .reader import CheckpointReader
-from .rotation_state import ensure_identity, locked, read_state, record_failures
-from .validate import validate
+from .rotation import ARCHIVE_SUFFIX, ROTATION_KEY, Rotation, RotationEntry
+from .stop_signal import StopOnSignal
 
 logger = logging.getLogger("opencheckpoint.run")
 
-#: Suffix of archive checkpoints in a rotation directory.
-ARCHIVE_SUFFIX = ".ocp"
-#: Manifest metadata member in which a rotation records that it wrote a checkpoint:
-#: ``{"prefix": str, "step": int, "sequence": int, "rotation": str, "name": str, "writer": str}``: the
-#: sequence numbers its saves in write order, ``rotation`` is the directory's rotation id
-#: (:mod:`~opencheckpoint.rotation_state`), ``name`` the checkpoint's own name in it, and ``writer``
-#: the process that wrote it (``PID-MACHINE-START``, see :func:`~.container.debris.process_token`).
-ROTATION_KEY = "opencheckpoint.rotation"
-_STEP_DIGITS = 12
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class RotationEntry:
-    """One recognised checkpoint of a rotation directory.
-
-    ``owned``: the rotation wrote it (its manifest metadata records, under
-    :data:`ROTATION_KEY`, this directory's rotation id, this rotation's
-    prefix, and the name and step it has); only owned checkpoints are ever
-    pruned. ``sequence``: the rotation's write order of owned checkpoints (0
-    for the others). ``writer``: the process that wrote an owned one.
-    """
-
-    path: Path
-    step: int
-    created_at: str
-    metric: float | None
-    owned: bool = False
-    sequence: int = 0
-    writer: str | None = None
-
-
-class Rotation:
-    """A directory of step-numbered checkpoints with a retention policy.
-
-    Args:
-        directory: where the checkpoints live (created on first save).
-        keep_last: how many of the newest checkpoints to keep (>= 1).
-        keep_best: ``(metadata_key, "min" | "max")``: also keep the checkpoint
-            whose manifest metadata has the best value of that key.
-        prefix: file name prefix; names are ``{prefix}-{step:012d}`` (``.ocp`` for archives).
-
-    What pruning deletes: only checkpoints this rotation wrote (recorded in
-    their manifest metadata under :data:`ROTATION_KEY` when they were
-    written: the directory's random rotation id, the prefix, the checkpoint's
-    own name and step), beyond the ``keep_last`` most recently written and
-    the best; never the checkpoint just saved, never the newest valid one,
-    never the newest one of another writer process that still runs, never a
-    checkpoint made by hand, copied under another name, moved in from
-    another run's directory or written by another tool. Debris of killed
-    saves in the directory goes too (only when its writer is gone). A save's
-    bookkeeping and pruning hold an advisory lock on the directory, so
-    concurrent rotations of one folder take turns; writing the checkpoint
-    does not, so a suspended or slow writer never blocks another.
-
-    Which checkpoint is the latest: the one this rotation wrote most
-    recently, whatever its step (directories with none of its own: the
-    highest step). After resuming from an older step, checkpoints with
-    higher steps from the abandoned run stay on disk, untouched, until they
-    fall out of the ``keep_last`` most recently written; they are never
-    taken for the latest once a newer save exists.
-
-    >>> import tempfile
-    >>> from opencheckpoint import Checkpoint
-    >>> rotation = Rotation(tempfile.mkdtemp(), keep_last=1, keep_best=("loss", "min"))
-    >>> ckpt = Checkpoint(value={"x": 1})
-    >>> for step, loss in [(1, 0.5), (2, 0.1), (3, 0.9)]:
-    ...     _ = rotation.save(ckpt, step, metadata={"loss": loss})
-    >>> [p.name for p in rotation.checkpoints()], rotation.best().name
-    (['checkpoint-000000000002', 'checkpoint-000000000003'], 'checkpoint-000000000002')
-    """
-
-    def __init__(
-        self,
-        directory: str | os.PathLike[str],
-        keep_last: int = 3,
-        keep_best: tuple[str, Literal["min", "max"]] | None = None,
-        prefix: str = "checkpoint",
-    ) -> None:
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
-        if keep_best is not None:
-            if isinstance(keep_best, str) or len(keep_best) != 2:
-                raise ValueError("keep_best must be a (metadata_key, 'min' | 'max') pair")
-            key, mode = keep_best
-            if not isinstance(key, str) or not key or mode not in ("min", "max"):
-                raise ValueError(f"keep_best must be (non-empty str, 'min' | 'max'), got {keep_best!r}")
-        if not prefix or "/" in prefix or "\\" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix must be a plain, non-hidden file name prefix, got {prefix!r}")
-        self.directory = local_path(directory)
-        self.keep_last = keep_last
-        self.keep_best = keep_best
-        self.prefix = prefix
-        self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
-        #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
-        self.failed: dict[Path, str] = {}
-
-    def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
-        """The name a checkpoint of ``step`` gets."""
-        suffix = ARCHIVE_SUFFIX if format == "archive" else ""
-        return self.directory / f"{self.prefix}-{step:0{_STEP_DIGITS}d}{suffix}"
-
-    def save(
-        self,
-        checkpoint: Checkpoint,
-        step: int,
-        metadata: Mapping[str, Any] | None = None,
-        format: CheckpointFormat | None = None,
-        *,
-        components: Collection[str] | None = None,
-    ) -> Path:
-        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be a non-negative int, got {step!r}")
-        meta = dict(metadata or {})
-        if self.keep_best is not None:
-            key = self.keep_best[0]
-            if key not in meta or _metric(meta[key]) is None:
-                raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
-        try:
-            return self._save(checkpoint, step, meta, format or checkpoint.format, components)
-        except OSError as exc:  # a file system failure is reported as the library's error, naming the path
-            where = exc.filename if isinstance(exc.filename, str) else str(self.directory)
-            raise CheckpointError(f"the rotation could not save step {step}: {exc.strerror or exc}",
-                                  file=where) from exc
-
-    def _save(self, checkpoint: Checkpoint, step: int, meta: dict[str, Any], output: CheckpointFormat,
-              components: Collection[str] | None) -> Path:
-        # The bookkeeping and the pruning hold the directory's lock; writing the checkpoint does not, so a
-        # writer suspended mid-write never blocks another (rotation_state).
-        with locked(self.directory):
-            rotation_id = ensure_identity(self.directory)
-            sequence = 1 + max((e.sequence for e in self.entries()), default=0)
-        target = self.path_for(step, output)
-        meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence, "rotation": rotation_id,
-                              "name": target.name, "writer": process_token()}
-        reason = self.failed.pop(target, None) or read_state(self.directory).failed.get(target.name)
-        if reason is not None:
-            logger.warning("replacing %s, which failed verification when a run resumed from this directory (%s)",
-                           target, reason)
-        path = checkpoint.save(target, components=components, metadata=meta, format=output)
-        with locked(self.directory) as held:
-            if reason is not None:
-                record_failures(self.directory, {target.name: None}, lock=False)
-            if not held:
-                logger.warning("pruning of %s skipped: another process holds its lock (the next save prunes)",
-                               self.directory)
-                return path
-            other = self.path_for(step, "directory" if output == "archive" else "archive")
-            if os.path.lexists(other) and self._owns(other, step):
-                _remove(other)  # one checkpoint per step: the new one replaces the other form
-            self._prune_locked(protect=[path])
-        return path
-
-    def _owned_by_us(self, metadata: Any, path: Path, step: int, rotation_id: str | None) -> int | None:
-        """The write sequence if ``metadata`` records this rotation writing ``path`` as step ``step``, else None.
-
-        The mark must name this directory's rotation id, this prefix, and the
-        checkpoint's own name and step: a copy under another name, or a
-        checkpoint moved in from another run's directory, is not ours.
-        """
-        mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
-        if (rotation_id is None or not isinstance(mark, dict) or mark.get("rotation") != rotation_id
-                or mark.get("prefix") != self.prefix or mark.get("step") != step or mark.get("name") != path.name):
-            return None
-        sequence = mark.get("sequence")
-        return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
-
-    def _owns(self, path: Path, step: int) -> bool:
-        try:
-            with CheckpointReader(path) as reader:
-                metadata = reader.manifest.get("metadata")
-        except (CheckpointError, OSError):
-            return False
-        return self._owned_by_us(metadata, path, step, read_state(self.directory).rotation_id) is not None
-
-    def _candidate_names(self, names: list[str]) -> set[str]:
-        """Names of the pattern, and those served from an old copy while the name is missing (R-PUB-13).
-
-        A replacement killed between its two renames (file systems without an
-        atomic exchange) leaves the checkpoint only at ``.NAME.oc-old-*``:
-        it still is that step's checkpoint.
-        """
-        present = set(names)
-        found = {name for name in names if self._pattern.fullmatch(name)}
-        for name in names:
-            entry = parse(self.directory / name) if name.startswith(".") else None
-            if (entry is not None and entry.kind == "old" and entry.target_name not in present
-                    and self._pattern.fullmatch(entry.target_name)):
-                found.add(entry.target_name)
-        return found
-
-    def _scan(self) -> tuple[list[RotationEntry], list[tuple[Path, CheckpointError]]]:
-        """The readable checkpoints of the directory (oldest step first), and the names that do not open."""
-        try:
-            names = os.listdir(self.directory)
-        except (FileNotFoundError, NotADirectoryError):
-            return [], []
-        rotation_id = read_state(self.directory).rotation_id
-        found: list[RotationEntry] = []
-        broken: list[tuple[Path, CheckpointError]] = []
-        for name in self._candidate_names(names):
-            match = self._pattern.fullmatch(name)
-            assert match is not None  # _candidate_names keeps only names of the pattern
-            path = self.directory / name
-            try:
-                with CheckpointReader(path) as reader:
-                    manifest = reader.manifest
-            except CheckpointError as exc:
-                broken.append((path, exc))  # unreadable or foreign: never listed, never pruned
-                continue
-            except OSError as exc:  # removed or replaced while being looked at
-                broken.append((path, CheckpointError(f"cannot be read: {exc.strerror or exc}", file=str(path))))
-                continue
-            step = int(match.group(1))
-            metadata = manifest.get("metadata") or {}
-            metric = _metric(metadata.get(self.keep_best[0])) if self.keep_best else None
-            sequence = self._owned_by_us(metadata, path, step, rotation_id)
-            mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
-            writer = mark.get("writer") if sequence is not None and isinstance(mark, dict) else None
-            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), metric,
-                                       owned=sequence is not None, sequence=sequence or 0,
-                                       writer=writer if isinstance(writer, str) else None))
-        found.sort(key=lambda e: (e.step, e.created_at, e.path.name))
-        broken.sort(key=lambda item: item[0])
-        return found, broken
-
-    def entries(self) -> list[RotationEntry]:
-        """Every readable checkpoint of the directory, oldest step first."""
-        return self._scan()[0]
-
-    def checkpoints(self) -> list[Path]:
-        """Paths of the readable checkpoints, oldest step first."""
-        return [e.path for e in self.entries()]
-
-    @staticmethod
-    def _newest_first(entries: Iterable[RotationEntry]) -> list[RotationEntry]:
-        """Resume order: this rotation's own checkpoints, most recently written first; then the others by step."""
-        return sorted(entries, key=lambda e: (e.owned, e.sequence if e.owned else 0, e.step, e.created_at),
-                      reverse=True)
-
-    def latest(self) -> Path | None:
-        """The checkpoint this rotation wrote most recently (none of its own: the highest step), or None."""
-        entries = self._newest_first(self.entries())
-        return entries[0].path if entries else None
-
-    def best(self) -> Path | None:
-        """The checkpoint with the best metric (ties: the newer one), or None."""
-        entry = self._best(self.entries())
-        return None if entry is None else entry.path
-
-    def _best(self, entries: list[RotationEntry]) -> RotationEntry | None:
-        if self.keep_best is None:
-            return None
-        scored = [e for e in entries if e.metric is not None]
-        if not scored:
-            return None
-        sign = 1.0 if self.keep_best[1] == "max" else -1.0
-        return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]  # scored: metric is not None
-
-    def prune(self, protect: Collection[Path] = ()) -> list[Path]:
-        """Delete this rotation's checkpoints beyond the policy, and ended writers' debris; return the deleted paths.
-
-        ``protect``: checkpoints known valid (a save passes the one it just
-        wrote). Pruning keeps the ``keep_last`` most recently written, the
-        best, the newest one of every other writer process that still runs
-        (it may just have returned its path), a checkpoint served from its old
-        copy (R-PUB-13: the only copy), and the newest one that passes
-        :func:`~opencheckpoint.validate` (checked only where the newest kept
-        ones are not known valid), and never touches a checkpoint it did not
-        write. A checkpoint that failed verification when a run resumed from
-        the directory is deleted with a warning naming it and why.
-        """
-        if not self.directory.is_dir():
-            return []
-        with locked(self.directory) as held:
-            if not held:
-                logger.warning("pruning of %s skipped: another process holds its lock", self.directory)
-                return []
-            return self._prune_locked(protect)
-
-    def _prune_locked(self, protect: Collection[Path]) -> list[Path]:
-        clean_debris(self.directory)
-        owned = self._newest_first(e for e in self.entries() if e.owned)
-        keep = {e.path for e in owned[: self.keep_last]} | set(protect)
-        best = self._best(owned)
-        if best is not None:
-            keep.add(best.path)
-        keep |= _newest_of_live_writers(owned)
-        removable = [e for e in owned if e.path not in keep and os.path.lexists(e.path)]
-        if not removable:
-            return []
-        # Never delete the newest valid checkpoint: find it among the newest (usually the one just written).
-        for entry in owned:
-            if entry.path in protect or validate(entry.path).ok:
-                keep.add(entry.path)
-                break
-            logger.warning("%s fails verification: pruning keeps an older valid checkpoint", entry.path)
-        recorded = read_state(self.directory).failed
-        removed: list[Path] = []
-        forget: dict[str, str | None] = {}
-        for entry in reversed(removable):  # oldest first
-            if entry.path in keep:
-                continue
-            try:
-                _remove(entry.path)
-            except FileNotFoundError:  # removed by someone else meanwhile: nothing left to prune
-                continue
-            removed.append(entry.path)
-            reason = self.failed.pop(entry.path, None) or recorded.get(entry.path.name)
-            if reason is not None:
-                logger.warning("pruned %s, which failed verification when a run resumed from this directory (%s)",
-                               entry.path, reason)
-                forget[entry.path.name] = None
-            else:
-                logger.info("pruned %s (step %d)", entry.path, entry.step)
-        if forget:
-            record_failures(self.directory, forget, lock=False)
-        return removed
-
-    def load_newest(self, load: Callable[[Path], _T]) -> tuple[Path, _T] | None:
-        """Call ``load`` on the newest checkpoint, falling back past those that fail verification.
-
-        Candidates come in :meth:`latest` order. A candidate whose ``load``
-        raises a :class:`CheckpointError` (corrupt, truncated, unsupported) is
-        skipped with a warning naming it and the reason; it is never deleted,
-        and the failure is recorded in the directory's state file, so that a
-        later process that prunes or replaces it says so.
-        :class:`IncompatibleComponent` (the live objects do not fit) is raised
-        at once: an older checkpoint would not fit better. Returns
-        ``(path, result)``, None when the directory holds no checkpoint (an
-        empty folder of a checkpoint's name holds none). If every candidate
-        fails, including names that do not even open (a torn manifest, a newer
-        format version), raises the newest one's error: a run directory holding
-        only failing checkpoints is not "nothing to resume".
-        """
-        entries, broken = self._scan()
-        broken = [(path, exc) for path, exc in broken if not is_empty_directory(path)]
-        for path, error in broken:
-            logger.warning("skipping %s: not a readable checkpoint (%s)", path, error)
-        first_error: CheckpointError | None = None
-        failures: dict[str, str | None] = {}
-        try:
-            for entry in self._newest_first(entries):
-                try:
-                    return entry.path, load(entry.path)
-                except IncompatibleComponent:
-                    raise
-                except CheckpointError as exc:
-                    logger.warning("skipping %s: it fails verification (%s); falling back to an older checkpoint",
-                                   entry.path, exc)
-                    self.failed[entry.path] = str(exc)
-                    failures[entry.path.name] = str(exc)
-                    first_error = first_error or exc
-        finally:
-            if failures:
-                record_failures(self.directory, failures)
-        if first_error is not None:
-            raise first_error
-        if broken:  # the highest step's error: what the run would have resumed from
-            path, error = max(broken, key=lambda item: (self._step_of(item[0]), item[0].name))
-            raise error
-        return None
-
-    def _step_of(self, path: Path) -> int:
-        match = self._pattern.fullmatch(path.name)
-        return int(match.group(1)) if match else -1
-
-    def load_latest(self, checkpoint: Checkpoint, **load_kwargs: Any) -> LoadResult:
-        """Restore ``checkpoint`` from the newest checkpoint that loads (:class:`NotACheckpoint` if there is none).
-
-        Falls back past checkpoints that fail verification (see :meth:`load_newest`).
-        """
-        found = self.load_newest(lambda path: checkpoint.load(path, **load_kwargs))
-        if found is None:
-            raise NotACheckpoint(f"no {self.prefix}-<step> checkpoint in the directory", file=str(self.directory))
-        return found[1]
-
-
-def _metric(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _newest_of_live_writers(owned: list[RotationEntry]) -> set[Path]:
-    """The newest checkpoint (of ``owned``, newest first) of every other writer process that still runs.
-
-    Another process's :meth:`Rotation.save` returned that path to its caller;
-    pruning it would hand that caller a path that does not exist. A writer on
-    another machine instance cannot be asked about: it counts as running while
-    its newest checkpoint is less than :data:`STALE_AFTER_S` old.
-    """
-    mine = process_token()
-    newest: dict[str, RotationEntry] = {}
-    for entry in owned:
-        if entry.writer is not None and entry.writer != mine:
-            newest.setdefault(entry.writer, entry)
-    kept: set[Path] = set()
-    for writer, entry in newest.items():
-        running = process_running(writer)
-        if running is None:
-            try:
-                running = time.time() - os.lstat(entry.path).st_mtime < STALE_AFTER_S
-            except OSError:
-                running = False
-        if running:
-            kept.add(entry.path)
-    return kept
-
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint: renamed out of the rotation's namespace first, so a crash never leaves a
-    half-deleted checkpoint under its name (the ``.NAME.oc-delete-*`` tombstone is debris, cleaned later)."""
-    check_deletable(path)  # only ever a checkpoint (R-PUB-16), whatever the name says
-    tombstone = working_path(path, "delete")
-    try:
-        os.replace(path, tombstone)
-        remove_tree(tombstone)
-    finally:
-        release(tombstone)
+#: The component :meth:`RunCheckpointer.restore` leaves alone unless ``overwrite_config=True``.
+CONFIG = "config"
+#: The rotation's file name prefix when none is given.
+DEFAULT_PREFIX = "checkpoint"
 
 
 def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpoint") -> Path:
@@ -505,28 +71,52 @@ def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpo
 
 
 class RunCheckpointer:
-    """Periodic saves of a run's :class:`Checkpoint`, and resuming it.
+    """Periodic saves of a run's :class:`Checkpoint`, a final save when the loop ends, and resuming it.
 
     Args:
         checkpoint: the run's components.
-        directory: the rotation directory.
+        directory: the rotation directory; ``None`` disables saving (every
+            :meth:`save` returns ``None``, as in torchrl's ``RunCheckpointer``),
+            for example in evaluation scripts that only resume.
         interval: save when at least this many steps passed since the last save.
         keep_last, keep_best: the :class:`Rotation` policy.
         exclude: components never saved (e.g. a replay buffer rebuilt on resume).
         optional: components restored only if the checkpoint has them.
         resume_path: a checkpoint or run directory to resume from; default: ``directory``'s latest.
+        overwrite_config: whether :meth:`restore` restores the component named
+            ``"config"``. Default ``False``: the configuration the script was
+            started with stays in force on resume (a changed learning rate or
+            step budget is not silently reverted), as in torchrl.
+
+    Used as a context manager, leaving the ``with`` block normally saves the
+    last step :meth:`save` was called with (:meth:`finish`), so the steps
+    after the last scheduled save are never lost; leaving it by an exception
+    saves nothing (the state may be half-updated).
+
+    Examples:
+        >>> import tempfile
+        >>> from opencheckpoint import Checkpoint
+        >>> from opencheckpoint.run import RunCheckpointer
+        >>> state = {"step": 0}
+        >>> with RunCheckpointer(Checkpoint(state=state), tempfile.mkdtemp(), interval=10) as run:
+        ...     for step in range(1, 26):
+        ...         state["step"] = step
+        ...         _ = run.save(step)
+        >>> run.last_saved_step  # 10 and 20 by the schedule, 25 when the block ended
+        25
     """
 
     def __init__(
         self,
         checkpoint: Checkpoint,
-        directory: str | os.PathLike[str],
+        directory: str | os.PathLike[str] | None,
         interval: int,
         keep_last: int = 3,
         exclude: Collection[str] = (),
         optional: Collection[str] = (),
         resume_path: str | os.PathLike[str] | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
+        overwrite_config: bool = False,
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
@@ -534,12 +124,16 @@ class RunCheckpointer:
         if unknown:
             raise KeyError(f"exclude/optional name unregistered components: {sorted(unknown)}")
         self.checkpoint = checkpoint
-        self.rotation = Rotation(directory, keep_last=keep_last, keep_best=keep_best)
+        #: the rotation saves go to; None when saving is disabled (``directory=None``)
+        self.rotation = None if directory is None else Rotation(directory, keep_last=keep_last, keep_best=keep_best)
         self.interval = interval
         self.exclude = frozenset(exclude)
         self.optional = frozenset(optional)
+        self.overwrite_config = overwrite_config
         self.resume_path = None if resume_path is None else local_path(resume_path)
         self.last_saved_step: int | None = None
+        #: the last step :meth:`save` was called with (saved or not): what :meth:`finish` saves
+        self.last_step: int | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
 
@@ -551,11 +145,15 @@ class RunCheckpointer:
     def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Path | None:
         """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
 
-        A forced save of the step just saved writes nothing. The manifest
-        metadata gets ``{"step": step}`` plus ``metadata`` (and the rotation's
-        mark, :data:`ROTATION_KEY`).
+        A forced save of the step just saved writes nothing; with
+        ``directory=None`` nothing is ever written. The manifest metadata gets
+        ``{"step": step}`` plus ``metadata`` (and the rotation's mark,
+        :data:`ROTATION_KEY`).
         """
+        self.last_step = step
         last = self.last_saved_step
+        if self.rotation is None:
+            return None
         if force:
             if last == step:
                 return None
@@ -567,6 +165,20 @@ class RunCheckpointer:
         logger.info("saved %s", path)
         return path
 
+    def finish(self, step: int | None = None, metadata: Mapping[str, Any] | None = None) -> Path | None:
+        """The final save of a loop that ended: ``save(step, force=True)``; ``step`` defaults to the last one
+        :meth:`save` was called with. Returns None when that step is already saved or there is none."""
+        step = self.last_step if step is None else step
+        return None if step is None else self.save(step, force=True, metadata=metadata)
+
+    def __enter__(self) -> RunCheckpointer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.finish()
+
     def restore(self, **load_kwargs: Any) -> int | None:
         """Resume from ``resume_path`` (or the directory's latest); return its step, None if nothing to resume.
 
@@ -576,15 +188,19 @@ class RunCheckpointer:
         ``resume_path`` that is a checkpoint is loaded as asked (no fallback);
         one that is neither a checkpoint nor a run directory raises
         :class:`NotACheckpoint`. Global RNG state restores last (its
-        adapter's ``restore_last``).
+        adapter's ``restore_last``); the ``"config"`` component only with
+        ``overwrite_config=True``.
         """
         rotation = self.rotation
+        prefix = DEFAULT_PREFIX if rotation is None else rotation.prefix
         if self.resume_path is not None:
             candidate = self.resume_path
             if _is_checkpoint(candidate) or not candidate.is_dir():
-                return self._restore_from(resolve_checkpoint_path(candidate, prefix=rotation.prefix), load_kwargs)
-            if not _same_directory(candidate, rotation.directory):
-                rotation = Rotation(candidate, prefix=rotation.prefix)
+                return self._restore_from(resolve_checkpoint_path(candidate, prefix=prefix), load_kwargs)
+            if rotation is None or not _same_directory(candidate, rotation.directory):
+                rotation = Rotation(candidate, prefix=prefix)
+        if rotation is None:
+            return None
         found = rotation.load_newest(lambda path: self._restore_from(path, load_kwargs))
         if found is None:
             if self.resume_path is not None:
@@ -598,12 +214,13 @@ class RunCheckpointer:
             stored = set(reader.components)
             step = reader.manifest.get("metadata", {}).get("step")
         if not isinstance(step, int) or isinstance(step, bool):
-            match = self.rotation._pattern.fullmatch(path.name)
+            match = (self.rotation or Rotation(path.parent))._pattern.fullmatch(path.name)
             if match is None:
                 raise CheckpointError("checkpoint metadata has no integer 'step'", file=str(path),
                                       field="$.metadata.step")
             step = int(match.group(1))
-        wanted = [n for n in self.components if n not in self.optional or n in stored]
+        wanted = [n for n in self.components if (n not in self.optional or n in stored)
+                  and (n != CONFIG or self.overwrite_config)]
         # kept for the caller: conversions made by cast= and entries left unused by rename=/subtree=
         self.last_load = self.checkpoint.load(path, components=wanted, **load_kwargs)
         self.last_saved_step = step
@@ -626,58 +243,6 @@ def _is_checkpoint(path: Path) -> bool:
     return True
 
 
-class StopOnSignal:
-    """Turn SIGINT/SIGTERM into a stop request checked at loop boundaries.
 
-    The first signal sets :attr:`requested` (finish the step, save, exit); a
-    second raises :class:`KeyboardInterrupt` for loops that never reach a
-    boundary. Previous handlers come back on exit. Signal handlers can only
-    be installed from the main thread; elsewhere the context does nothing.
-
-    >>> import os, signal
-    >>> with StopOnSignal() as stop:
-    ...     os.kill(os.getpid(), signal.SIGTERM)
-    ...     stop.requested, stop.signal_name
-    (True, 'SIGTERM')
-    """
-
-    def __init__(
-        self,
-        signals: Collection[int] = (signal.SIGINT, signal.SIGTERM),
-        on_request: Callable[[str], None] | None = None,
-    ) -> None:
-        self.signals = tuple(signals)
-        self.on_request = on_request
-        self.signal_name: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    @property
-    def requested(self) -> bool:
-        """Whether a stop was requested."""
-        return self.signal_name is not None
-
-    def _handle(self, number: int, frame: FrameType | None) -> None:
-        name = signal.Signals(number).name
-        if self.signal_name is not None:
-            raise KeyboardInterrupt(f"second stop signal ({name})")
-        self.signal_name = name
-        if self.on_request is not None:
-            self.on_request(name)
-
-    def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is not threading.main_thread():
-            logger.warning("StopOnSignal entered outside the main thread: signals will not request a stop")
-            return self
-        for number in self.signals:
-            self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        self._previous.clear()
-
-
-__all__ = ["ARCHIVE_SUFFIX", "Rotation", "RotationEntry", "RunCheckpointer", "StopOnSignal",
+__all__ = ["ARCHIVE_SUFFIX", "ROTATION_KEY", "Rotation", "RotationEntry", "RunCheckpointer", "StopOnSignal",
            "resolve_checkpoint_path"]

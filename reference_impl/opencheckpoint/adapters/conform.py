@@ -45,7 +45,7 @@ def leaf_framework(live: Any) -> str | None:
     """'numpy', 'torch' or 'jax' for a live array-like leaf; None for anything else."""
     if isinstance(live, (np.ndarray, np.generic)):
         return "numpy"
-    from .base import module_framework
+    from .protocol import module_framework
 
     framework = module_framework(type(live))
     if framework == "numpy":
@@ -88,7 +88,7 @@ def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool 
     ``default`` ('torch' or 'jax') is the framework of stored arrays with no live
     counterpart where the live value holds no framework leaf at all (an empty buffer).
     """
-    from .base import container_framework
+    from .protocol import container_framework
 
     found = leaf_framework(live) or container_framework(live)
     default = default if found == "numpy" and default is not None else found

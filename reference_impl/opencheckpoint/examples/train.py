@@ -48,9 +48,11 @@ def train(run_dir: Path, updates: int, interval: int, seed: int = 0, sigterm_at:
     """Train until ``updates`` or a stop signal; return the last completed update."""
     model, optimizer, env, progress, checkpoint = build(seed)
     run = RunCheckpointer(checkpoint, run_dir, interval=interval, keep_last=2)
+    rotation = run.rotation
+    assert rotation is not None  # a directory was given: saving is enabled
     start = run.restore() or 0
     if start:
-        print(f"[train pid {os.getpid()}] resumed at update {start} from {run.rotation.latest()}", flush=True)
+        print(f"[train pid {os.getpid()}] resumed at update {start} from {rotation.latest()}", flush=True)
     update = start
     with StopOnSignal() as stop:
         while update < updates and not stop.requested:
@@ -71,7 +73,7 @@ def train(run_dir: Path, updates: int, interval: int, seed: int = 0, sigterm_at:
         path = run.save(update, force=True)
     if stop.requested:
         print(f"[train pid {os.getpid()}] {stop.signal_name}: stopped cleanly at update {update}, "
-              f"checkpoint {path or run.rotation.latest()}", flush=True)
+              f"checkpoint {path or rotation.latest()}", flush=True)
     return update
 
 

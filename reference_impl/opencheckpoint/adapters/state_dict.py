@@ -1,0 +1,169 @@
+"""Objects with ``state_dict()`` / ``load_state_dict()``: :class:`StateDictAdapter`, and the state codec
+(:func:`write_state` / :func:`read_state`) that keeps mappings' attributes (``_metadata``) beside the state.
+
+Split from :mod:`.base`, which re-exports every public name.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from typing import Any
+
+from ..errors import IncompatibleComponent
+from .component_io import ComponentReader, ComponentWriter
+from .conform import conform
+from .protocol import Adapter, PreparedRestore, container_framework
+
+
+class StateDictAdapter(Adapter):
+    """``state_dict()`` is stored as a tree; ``load_state_dict(tree)`` restores it.
+
+    Arrays come back as the framework objects the live ``state_dict()`` holds
+    at the same place (a torch tensor where the object has one), NumPy arrays
+    elsewhere. The object's own ``load_state_dict`` cannot be checked
+    beforehand: its restore is ``checked=False``. ``CheckpointOptions``'
+    ``save_args``/``save_kwargs`` go to ``state_dict(...)`` and
+    ``load_args``/``load_kwargs`` to ``load_state_dict(state, ...)``.
+    """
+
+    kind = "tree"
+    takes_method_args = True
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        writer.hints["class"] = f"{type(value).__module__}.{type(value).__qualname__}"
+        state = value.state_dict(*writer.method_args, **writer.method_kwargs)
+        framework = container_framework(state)
+        if framework != "numpy":
+            # A fresh live object (an empty torchrl ReplayBuffer) has no leaf to say what its
+            # stored arrays were: the framework is recorded for them (see read_state).
+            writer.hints["framework"] = framework
+        write_state(writer, state)
+
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        live = value.state_dict()
+        state = read_state(reader, "numpy", live)
+
+        def apply() -> None:
+            try:
+                value.load_state_dict(state, *reader.method_args, **reader.method_kwargs)
+            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+
+        return PreparedRestore(apply, checked=False)
+
+
+#: Component metadata key of a state saved with its mappings' attributes kept beside it (:func:`write_state`).
+ATTRIBUTES_KEY = "opencheckpoint.mapping_attributes"
+
+
+def lift_attributes(state: Any) -> tuple[Any, list[list[Any]]]:
+    """``state`` with every ``dict``/``OrderedDict`` carrying instance attributes as a plain dict, and the
+    attributes as ``[path, name, value]`` entries (``path``: the keys and indices leading to the mapping).
+
+    torch and torchrl state dicts carry ``OrderedDict._metadata`` (module
+    versions, a TensorDict's batch size and device); the tree stores a dict's
+    entries only, so the attributes travel next to the state instead of being
+    lost. Other mapping types are left as they are (the encoder refuses them).
+    """
+    lifted: list[list[Any]] = []
+
+    def walk(node: Any, path: list[Any]) -> Any:
+        kind = type(node)
+        if kind is dict or kind is OrderedDict:
+            for name in sorted(vars(node)) if hasattr(node, "__dict__") else ():
+                lifted.append([list(path), name, getattr(node, name)])
+            return {key: walk(item, [*path, key]) for key, item in node.items()}
+        if kind is list or kind is tuple:
+            return kind(walk(item, [*path, index]) for index, item in enumerate(node))
+        return node
+
+    plain = walk(state, [])
+    return (plain, lifted) if lifted else (state, [])
+
+
+def write_state(writer: ComponentWriter, state: Any) -> None:
+    """Write a state dict as a tree; mapping attributes (``_metadata``) are kept, never dropped.
+
+    Without attributes the tree is the state itself. With them it is
+    ``{"state": ..., "attributes": [[path, name, value], ...]}`` and the
+    component's metadata holds ``{ATTRIBUTES_KEY: 1}`` (:func:`read_state`
+    puts them back).
+    """
+    plain, lifted = lift_attributes(state)
+    if not lifted:
+        writer.write_tree(state)
+        return
+    writer.metadata = {**(writer.metadata or {}), ATTRIBUTES_KEY: 1}
+    writer.write_tree({"state": plain, "attributes": lifted})
+
+
+def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any:
+    """The state written by :func:`write_state`, with its arrays shaped like ``live``'s leaves (NumPy reads)
+    and its mappings' attributes re-attached (as ``OrderedDict`` attributes)."""
+    stored = reader.reader.read(reader.name, framework=framework, verify=reader.verify,
+                                map_location=reader.map_location)
+    metadata = reader.record.metadata
+    lifted: Any = []
+    if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
+        if not (isinstance(stored, dict) and set(stored) == {"state", "attributes"}
+                and isinstance(stored["attributes"], list)):
+            raise IncompatibleComponent("component metadata says the state has attributes, but the stored tree "
+                                        "is not {'state': ..., 'attributes': [...]}")
+        stored, lifted = stored["state"], stored["attributes"]
+    if reader.plan.selects:  # rename/subtree act on the state's key paths; attributes of moved mappings stay behind
+        stored = reader.plan.apply(stored, reader.name)
+        lifted = [e for e in lifted if isinstance(e, list) and e and isinstance(e[0], list)
+                  and _follow(stored, e[0]) is not None]
+    # Stored arrays with no live counterpart (a fresh object holds no array at all) take the
+    # framework the writer recorded, one of a fixed set and only one the process has already
+    # imported (nothing is imported because a file names it, R-CMP-12); live leaves still decide
+    # where they exist.
+    hints = reader.record.hints or {}
+    default = hints.get("framework")
+    if default not in ("torch", "jax") or default not in sys.modules:
+        default = None
+    if framework == "numpy" and live is not None:
+        stored = conform(stored, live, map_location=reader.map_location, default=default).value
+    for entry in lifted:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)
+                and type(entry[1]) is str):
+            raise IncompatibleComponent(f"stored attribute entry is not [path, name, value]: {entry!r:.200}")
+        path, name, value = entry
+        if framework == "numpy" and live is not None:
+            live_owner = _follow(live, path)
+            live_value = getattr(live_owner, name, None) if live_owner is not None else None
+            if live_value is not None:
+                value = conform(value, live_value, map_location=reader.map_location, default=default).value
+        stored = _attach(stored, path, name, value)
+    return stored
+
+
+def _follow(node: Any, path: list[Any]) -> Any:
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _attach(node: Any, path: list[Any], name: str, value: Any) -> Any:
+    """``node`` with the mapping at ``path`` an ``OrderedDict`` carrying attribute ``name``."""
+    if not path:
+        if not isinstance(node, dict):
+            raise IncompatibleComponent(f"stored attribute {name!r} belongs to a mapping, found a "
+                                        f"{type(node).__name__}")
+        owner = node if type(node) is OrderedDict else OrderedDict(node)
+        setattr(owner, name, value)
+        return owner
+    key, rest = path[0], path[1:]
+    try:
+        child = node[key]
+    except (KeyError, IndexError, TypeError):
+        raise IncompatibleComponent(f"stored attribute {name!r} belongs to {path!r}, which the state lacks") from None
+    updated = _attach(child, rest, name, value)
+    if isinstance(node, tuple):
+        return type(node)(updated if i == key else item for i, item in enumerate(node))
+    node[key] = updated
+    return node

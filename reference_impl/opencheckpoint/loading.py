@@ -1,0 +1,170 @@
+"""What :meth:`Checkpoint.load <opencheckpoint.Checkpoint.load>` does, component by component, each with its options.
+
+A load is planned (which adapter reads each stored component, whether its
+kind and version fit), then run in two phases: every component is read,
+verified and checked (:func:`prepare_all`), and only then is any live object
+modified (:func:`apply_all`). Each component carries its own merged
+:class:`~opencheckpoint.CheckpointOptions`, so ``strict``, ``verify``,
+``map_location``, ``rename``/``subtree``/``cast`` and the arguments of the
+object's own load method may differ per component.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .adapters.component_io import ComponentReader
+from .adapters.protocol import Adapter, PreparedRestore, prepare_restore
+from .casting import Conversion
+from .errors import CheckpointError, IncompatibleComponent
+from .kind_migrations import missing_step
+from .manifest import KIND_VERSIONS
+from .options import CheckpointOptions, Strictness
+from .reader import CheckpointReader
+from .restore_plan import RestorePlan
+
+
+@dataclass
+class LoadResult:
+    """What :meth:`Checkpoint.load <opencheckpoint.Checkpoint.load>` did.
+
+    Attributes:
+        loaded: components restored.
+        missing: requested components the checkpoint does not have.
+        incompatible: components that could not be restored -> reason.
+        unrequested: components in the checkpoint that were not requested.
+        values: the loaded value of each restored component.
+        manifest: the checkpoint's manifest (plain JSON).
+        versions: producer environment vs this runtime: name -> {checkpoint, runtime, matches}.
+        version_skew: True when any recorded version differs from the runtime's.
+        conversions: every array converted to another dtype (``cast=``), each marked lossy or not.
+        unused: component -> stored key paths not restored (outside ``subtree=``, dropped by ``rename=``).
+    """
+
+    loaded: set[str] = field(default_factory=set)
+    missing: set[str] = field(default_factory=set)
+    incompatible: dict[str, str] = field(default_factory=dict)
+    unrequested: set[str] = field(default_factory=set)
+    values: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    version_skew: bool = False
+    conversions: list[Conversion] = field(default_factory=list)
+    unused: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class ComponentLoad:
+    """One requested component: its live value, the adapter that restores it, its merged options."""
+
+    name: str
+    value: Any
+    adapter: Adapter
+    options: CheckpointOptions
+    mode: Strictness
+
+
+def kind_mismatch(record: Any, adapter: Adapter) -> str | None:
+    """Why ``adapter`` cannot read the stored ``record`` (kind, or a version it cannot reach), else None.
+
+    A third-party kind stored at an older ``kind_version`` fits when every
+    step up to the adapter's version is registered (:mod:`.kind_migrations`).
+    """
+    if record.kind != adapter.kind:
+        return f"stored as a {record.kind!r} component; its adapter reads {adapter.kind!r}"
+    if record.kind_version > adapter.kind_version:
+        return f"{record.kind} kind_version {record.kind_version} is newer than supported ({adapter.kind_version})"
+    if record.kind not in KIND_VERSIONS and record.kind_version < adapter.kind_version:
+        gap = missing_step(record.kind, record.kind_version, adapter.kind_version)
+        if gap is not None:
+            return (f"{record.kind} kind_version {record.kind_version} is older than its adapter's "
+                    f"({adapter.kind_version}) and no migration is registered for kind_version {gap} -> "
+                    f"{gap + 1}; register one with opencheckpoint.register_migration")
+    return None
+
+
+def report(result: LoadResult, modes: Mapping[str, Strictness], path: Any) -> None:
+    """Missing and incompatible components found by the plan: raise for those under ``strict="error"``,
+    warn for those under ``"warn"`` (each component by its own mode)."""
+    problems = {n: "missing from the checkpoint" for n in result.missing}
+    problems.update(result.incompatible)
+    errors = [f"{n}: {reason}" for n, reason in sorted(problems.items()) if modes[n] == "error"]
+    if errors:
+        raise IncompatibleComponent("; ".join(errors), file=str(path), result=result)
+    warned = [f"{n}: {reason}" for n, reason in sorted(problems.items()) if modes[n] == "warn"]
+    if warned:
+        warnings.warn(f"checkpoint {path}: " + "; ".join(warned), stacklevel=3)
+
+
+def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
+                result: LoadResult, path: Any) -> list[tuple[ComponentLoad, PreparedRestore]]:
+    """Phase 1: read, verify and check every planned component; no live object is touched.
+
+    Any ``CheckpointError`` (corruption, and under ``strict="error"`` a
+    mismatch) propagates from here, before the first byte reaches a live object.
+    """
+    prepared: list[tuple[ComponentLoad, PreparedRestore]] = []
+    for load in loads:
+        options = load.options
+        component_reader = ComponentReader(
+            reader, load.name, map_location=options.map_location,
+            verify=True if options.verify is None else options.verify,
+            plan=RestorePlan(options.rename, options.subtree, options.cast),
+            method_args=options.load_args or (), method_kwargs=dict(options.load_kwargs or {}),
+            kind_version=load.adapter.kind_version)
+        try:
+            restore = prepare_restore(load.adapter, load.value, component_reader, strict=load.mode)
+        except IncompatibleComponent as exc:
+            incompatible(result, load, exc, path)
+            continue
+        result.conversions += component_reader.plan.conversions
+        if component_reader.plan.unused:
+            result.unused[load.name] = list(component_reader.plan.unused)
+        prepared.append((load, restore))
+    return prepared
+
+
+def apply_all(prepared: list[tuple[ComponentLoad, PreparedRestore]], result: LoadResult, path: Any) -> None:
+    """Phase 2: apply every prepared restore.
+
+    Restores that could not be checked in phase 1 (one-phase adapters,
+    objects' own ``load_state_dict``) run first, so that when one raises,
+    no checked component has been applied yet; ``restore_last`` adapters
+    (global RNG state) still run last. If an apply raises, the components
+    applied before it stay applied and are listed in ``result.loaded``
+    (on the exception's ``result``); the ones after it are untouched.
+    """
+    prepared.sort(key=lambda item: (item[0].adapter.restore_last, item[1].checked))
+    for load, restore in prepared:
+        try:
+            loaded = restore.apply()
+        except IncompatibleComponent as exc:
+            incompatible(result, load, exc, path, applied=True)
+            continue
+        except BaseException as exc:
+            exc.add_note(f"opencheckpoint: restoring component {load.name!r} of {path} failed after "
+                         f"{sorted(result.loaded) or 'no other component'} had been restored")
+            if isinstance(exc, CheckpointError) and exc.result is None:
+                exc.result = result
+            raise
+        result.loaded.add(load.name)
+        if loaded is not None:
+            result.values[load.name] = loaded
+
+
+def incompatible(result: LoadResult, load: ComponentLoad, exc: IncompatibleComponent, path: Any, *,
+                 applied: bool = False) -> None:
+    """Record a component that does not fit; raise under its ``strict="error"``, else warn or ignore."""
+    result.incompatible[load.name] = exc.message
+    if load.mode == "error":
+        exc.result = result
+        if applied:
+            done = sorted(result.loaded)
+            exc.message += (f" (raised by the adapter while restoring; already restored: {done})" if done
+                            else " (raised by the adapter while restoring; no other component was restored)")
+        raise exc.at(file=str(path), field=f"components.{load.name}")
+    if load.mode == "warn":
+        warnings.warn(f"checkpoint component {load.name!r} not restored: {exc.message}", stacklevel=4)
