@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 import tomllib
+import zipfile
 from pathlib import Path
+
+import pytest
 
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -57,3 +65,44 @@ def test_installed_versions_match_the_pins() -> None:
         except importlib.metadata.PackageNotFoundError:
             continue  # an extra this environment did not install
         assert installed.public == version.public, (name, installed, version)
+
+
+def _build(tmp_path: Path) -> tuple[Path, Path]:
+    """A wheel and an sdist built from a copy of the tracked sources (the checkout stays untouched)."""
+    pytest.importorskip("setuptools")
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "pyproject.toml", "README.md", "MANIFEST.in", "reference_impl",
+                              "conformance/cases"], cwd=ROOT, capture_output=True, text=True, check=True)
+    src = tmp_path / "src"
+    for rel in tracked.stdout.splitlines():
+        target = src / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target, follow_symlinks=False)  # cases hold symlinks on purpose
+    out = tmp_path / "dist"
+    for command in (["-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), "."],
+                    ["-c", "from setuptools import setup; setup()", "-q", "sdist", "-d", str(out)]):
+        done = subprocess.run([sys.executable, *command], cwd=src, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return next(out.glob("*.whl")), next(out.glob("*.tar.gz"))
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_says_where_the_cases_are_and_the_sdist_has_them(tmp_path: Path) -> None:
+    wheel, sdist = _build(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+    assert tops == {"opencheckpoint", "opencheckpoint-0.1.0.dist-info"}, tops
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "OPENCHECKPOINT_CONFORMANCE_CASES"}
+    done = subprocess.run([sys.executable, "-m", "opencheckpoint.cli", "conformance", "run", "--reader", "x"],
+                          cwd=elsewhere, env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2 and "the sdist of this version" in done.stderr, done.stderr
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    (root,) = (tmp_path / "unpacked").iterdir()
+    case_files = sorted((ROOT / "conformance/cases/v1").glob("*/case.json"))
+    assert case_files and all((root / p.relative_to(ROOT)).is_file() for p in case_files)
