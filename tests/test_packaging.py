@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -70,8 +69,9 @@ def test_installed_versions_match_the_pins() -> None:
 def _build(tmp_path: Path) -> tuple[Path, Path]:
     """A wheel and an sdist built from a copy of the tracked sources (the checkout stays untouched)."""
     pytest.importorskip("setuptools")
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "pyproject.toml", "README.md", "MANIFEST.in", "reference_impl",
-                              "conformance/cases"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = ["pyproject.toml", "README.md", "MANIFEST.in", "reference_impl", "conformance/cases"]
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", *files], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
     src = tmp_path / "src"
     for rel in tracked.stdout.splitlines():
         target = src / rel

@@ -328,9 +328,7 @@ class Checkpoint:
         always raise. ``strict`` governs only missing and incompatible
         components: ``"error"`` raises :class:`IncompatibleComponent` before
         anything is restored, ``"warn"`` and ``"ignore"`` restore the rest.
-        A third-party kind stored at an older ``kind_version`` than its
-        adapter's is migrated by the steps registered with
-        :func:`~opencheckpoint.register_migration`.
+        An older third-party kind is migrated (:func:`~opencheckpoint.register_migration`).
 
         The restore is atomic across components: every selected component is
         read and checked first (checksums, structure, shapes, dtypes, what its
@@ -358,17 +356,8 @@ class Checkpoint:
             if skew:
                 logger.warning("checkpoint %s was written with other versions: %s", path,
                                {k: v for k, v in versions.items() if not v["matches"]})
-            plan: list[loading.ComponentLoad] = []
-            for name in requested:
-                if name not in stored:
-                    continue
-                adapter = self._adapter(name, options[name])
-                mismatch = loading.kind_mismatch(stored[name], adapter)
-                if mismatch is not None:
-                    result.incompatible[name] = mismatch
-                else:
-                    plan.append(loading.ComponentLoad(name, self._components[name][0], adapter, options[name],
-                                                      modes[name]))
+            live = {name: self._components[name][0] for name in requested}
+            plan = loading.plan_loads(stored, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
             prepared = loading.prepare_all(plan, reader, result, path)
             loading.apply_all(prepared, result, path)

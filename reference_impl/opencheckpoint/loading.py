@@ -12,7 +12,7 @@ object's own load method may differ per component.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,24 @@ def kind_mismatch(record: Any, adapter: Adapter) -> str | None:
                     f"({adapter.kind_version}) and no migration is registered for kind_version {gap} -> "
                     f"{gap + 1}; register one with opencheckpoint.register_migration")
     return None
+
+
+def plan_loads(stored: Mapping[str, Any], live: Mapping[str, Any],
+               adapter_of: Callable[[str, CheckpointOptions], Adapter], options: Mapping[str, CheckpointOptions],
+               modes: Mapping[str, Strictness], result: LoadResult) -> list[ComponentLoad]:
+    """The requested components (``live``) the checkpoint has (``stored`` records) whose adapter can read them;
+    the others go to ``result.incompatible`` (missing ones are already in ``result.missing``)."""
+    plan: list[ComponentLoad] = []
+    for name, value in live.items():
+        if name not in stored:
+            continue
+        adapter = adapter_of(name, options[name])
+        mismatch = kind_mismatch(stored[name], adapter)
+        if mismatch is not None:
+            result.incompatible[name] = mismatch
+        else:
+            plan.append(ComponentLoad(name, value, adapter, options[name], modes[name]))
+    return plan
 
 
 def report(result: LoadResult, modes: Mapping[str, Strictness], path: Any) -> None:
