@@ -51,15 +51,17 @@ class _CountingOut:
     def __init__(self) -> None:
         self.writes = 0
         self.chars = 0
+        self.longest = 0
 
     def write(self, text: str) -> int:
         self.writes += 1
         self.chars += len(text)
+        self.longest = max(self.longest, len(text))
         return len(text)
 
 
-def _rendering_work(tmp_path: Path, depth: int, width: int) -> tuple[int, int, int]:
-    """(function calls, writes, characters) of rendering ``depth`` 1000-character keys above ``width`` arrays."""
+def _rendering_work(tmp_path: Path, depth: int, width: int) -> tuple[int, int, int, int]:
+    """(calls, writes, characters, longest write) of rendering ``depth`` 1000-character keys above ``width`` arrays."""
     tree: Any = [np.zeros(0, bool)] * width
     for level in range(depth):
         tree = {chr(97 + level % 26) * 1000: tree}
@@ -76,7 +78,7 @@ def _rendering_work(tmp_path: Path, depth: int, width: int) -> tuple[int, int, i
         write_checkpoint_rendering(path, out)  # type: ignore[arg-type]  # only write() is used
     finally:
         sys.setprofile(None)
-    return calls, out.writes, out.chars
+    return calls, out.writes, out.chars, out.longest
 
 
 def test_a_deep_wide_tree_renders_in_work_linear_in_its_nodes(tmp_path: Path) -> None:
@@ -87,7 +89,8 @@ def test_a_deep_wide_tree_renders_in_work_linear_in_its_nodes(tmp_path: Path) ->
     """
     shallow, deep, wide = (_rendering_work(tmp_path, d, w) for d, w in ((4, 400), (100, 400), (4, 800)))
     assert deep[2] > 10 * shallow[2]  # 25 times the depth: the output is mostly indentation
-    for (_, writes, _), nodes in ((shallow, 404), (deep, 500), (wide, 804)):
+    for (_, writes, _, longest), nodes in ((shallow, 404), (deep, 500), (wide, 804)):
         assert writes <= 2 * nodes + 150  # the old writer wrote every member of every node on its own (~14/leaf)
+        assert longest <= 8_000  # one key or one leaf with its indentation: no piece carries the heads above it
     assert deep[0] <= 1.2 * shallow[0]  # 96 more dicts of 400 leaves: depth costs per level, not per line
     assert wide[0] <= 2.1 * shallow[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from typing import Any, Final, TextIO
 
 from ..tree.nodes import NamedTupleValue
@@ -144,14 +145,15 @@ def write_json(value: Any, write: Any, level: int) -> None:
 def _write_node(value: Any, write: Any, level: int, lead: str = "") -> None:
     """``lead`` and ``render_node(value)`` at ``level``: containers streamed, every other node by :func:`_text`.
 
-    ``lead`` (the separator and indentation before the node) goes out with the node's first
-    piece: one write per leaf node.
+    ``lead`` (the separator, indentation and key before the node) goes out with the node's first
+    piece, one write per leaf; a container writes it with its own head at once, so no lead ever
+    carries the heads of the containers above it (which would copy them once per level).
     """
     kind = type(value)
     one, two = _newline(level + 1), _newline(level + 2)
     if (kind is list or kind is tuple) and value:
-        separator = f'{lead}{{{one}"type": "{kind.__name__}",{one}"items": [{two}'
-        cached = _LEAF_TEXT.get
+        write(f'{lead}{{{one}"type": "{kind.__name__}",{one}"items": [')
+        separator, cached = two, _LEAF_TEXT.get
         for item in value:
             # looked up inline: a list of ten million nil is what a hostile file holds most of per byte
             text = cached((level + 2, type(item), item)) if item is None or type(item) is bool else None
@@ -162,9 +164,9 @@ def _write_node(value: Any, write: Any, level: int, lead: str = "") -> None:
             separator = "," + two
     elif isinstance(value, NamedTupleValue) and value:
         head = f'{lead}{{{one}"type": "named_tuple",{one}"type_name": {_json_str(value.type_name)},{one}"fields": ['
-        _write_pairs(head, [_json_str(name) for name in value._fields], value, write, level + 2)
+        _write_pairs(head, map(_json_str, value._fields), value, write, level + 2)
     elif isinstance(value, dict) and value:
-        keys = [_text(render_key(key), level + 3) for key in value]
+        keys = (_text(render_key(key), level + 3) for key in value)  # made one at a time: each holds its indent
         _write_pairs(f'{lead}{{{one}"type": "dict",{one}"items": [', keys, value.values(), write, level + 2)
     else:
         write(lead + _leaf_text(value, level))
@@ -189,10 +191,11 @@ def _leaf_text(value: Any, level: int) -> str:
     return _text(render_node(value), level)
 
 
-def _write_pairs(head: str, keys: list[str], items: Any, write: Any, level: int) -> None:
+def _write_pairs(head: str, keys: Iterable[str], items: Any, write: Any, level: int) -> None:
     """``head``, then the ``[key, node]`` elements of a dict's ``items`` or a named tuple's ``fields``."""
     inner, one = _newline(level), _newline(level + 1)
-    separator = head + inner
+    write(head)
+    separator = inner
     for key, item in zip(keys, items, strict=True):
         _write_node(item, write, level + 1, f"{separator}[{one}{key},{one}")
         separator = f"{inner}]," + inner
