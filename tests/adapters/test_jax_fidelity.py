@@ -11,6 +11,7 @@ arrays come back as JAX arrays (the live leaf decides).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import warnings
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,26 @@ def test_static_functions_are_stored_by_name_and_compared(tmp_path: Path) -> Non
     assert restored.apply_fn is apply_a and restored.params["w"].tolist() == [1.0, 1.0]
     with pytest.raises(IncompatibleComponent, match=r"\.apply_fn: static field .*apply_a.*apply_b"):
         Checkpoint(ts=make(apply_b, 0.0)).load(path)
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+@struct.dataclass
+class Phase:
+    count: Any
+    mode: Mode = struct.field(pytree_node=False, default=Mode.TRAIN)
+    nested: Any = struct.field(pytree_node=False, default=None)
+
+
+def test_enum_and_self_containing_static_values_are_described(tmp_path: Path) -> None:
+    loop: list[Any] = []
+    loop.append(loop)  # a container holding itself: described past 32 levels, never a RecursionError
+    path = Checkpoint(phase=Phase(jnp.int32(3), nested=loop), durable=False).save(tmp_path / "ckpt")
+    stored = read_component(path, "phase")
+    assert stored.mode.description == "enum member test_jax_fidelity.Mode.TRAIN"
+    assert Checkpoint(phase=Phase(jnp.int32(0), nested=loop)).load(path).values["phase"].count == 3
+    with pytest.raises(IncompatibleComponent, match=r"\.mode: static field .*Mode\.TRAIN, the target .*Mode\.EVAL"):
+        Checkpoint(phase=Phase(jnp.int32(0), Mode.EVAL, nested=loop)).load(path)

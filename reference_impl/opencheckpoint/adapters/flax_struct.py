@@ -48,6 +48,8 @@ from ..tree.nodes import NamedTupleValue
 #: Type name of the node that describes a static value the tree cannot hold (informational, never imported).
 DESCRIBED: Final = "opencheckpoint.described"
 
+#: Containers in a static value deeper than this are described, not stored (the tree allows 128 levels in all).
+_MAX_DEPTH: Final = 32
 #: dataclass type -> (field names in declaration order, the static ones); None: not a record-like pytree.
 _FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str]] | None] = {}
 
@@ -99,24 +101,28 @@ def _dtype(value: Any) -> np.dtype | None:
         return None
 
 
-def static_form(value: Any) -> Any:
+def static_form(value: Any, depth: int = 0) -> Any:
     """What a static field's value is stored as: the value where the tree holds it exactly, else a description."""
     kind = type(value)
     if value is None or kind in (bool, int, float, complex, str, bytes):
         return value
+    if depth >= _MAX_DEPTH:  # a container holding itself, or nested past any real configuration
+        return NamedTupleValue(DESCRIBED, {"description": f"{kind.__module__}.{kind.__qualname__} nested deeper "
+                                                          f"than {_MAX_DEPTH} levels"})
     dtype = _dtype(value)
     if dtype is not None:
         return dtype
     if kind is np.ndarray or (isinstance(value, np.generic) and _dtype(value.dtype) is not None):
         return value
     if kind is tuple or kind is list:
-        return kind(static_form(item) for item in value)
+        return kind(static_form(item, depth + 1) for item in value)
     fields = getattr(kind, "_fields", None)
     if isinstance(value, tuple) and isinstance(fields, tuple):
+        items = zip(fields, value, strict=True)
         return NamedTupleValue(f"{kind.__module__}.{kind.__qualname__}",
-                               {str(name): static_form(item) for name, item in zip(fields, value, strict=True)})
+                               {str(name): static_form(item, depth + 1) for name, item in items})
     if isinstance(value, Mapping) and all(type(key) in (str, int) for key in value):
-        return {key: static_form(item) for key, item in value.items()}
+        return {key: static_form(item, depth + 1) for key, item in value.items()}
     return NamedTupleValue(DESCRIBED, {"description": _description(value)})
 
 
