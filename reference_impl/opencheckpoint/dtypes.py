@@ -76,3 +76,21 @@ def dtype_name(dtype: np.dtype) -> str:
     if name is None:
         raise UnknownDtype(f"NumPy dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
     return name
+
+
+def canonical_bools(array: np.ndarray) -> np.ndarray:
+    """``array`` (dtype bool, C-contiguous) with every element byte ``00`` or ``01`` (R-ARR-13).
+
+    NumPy and PyTorch bool memory can hold other bytes (``np.frombuffer(b"\\x02", bool)``, a
+    tensor read from a file): both frameworks read any nonzero byte as True, so such an
+    element is stored as ``01``, the value unchanged. The usual array (every byte 00/01) is
+    returned as it is, after one read of its bytes; only one with another byte is copied.
+
+    >>> canonical_bools(np.frombuffer(b"\\x00\\x02\\xff", bool)).view(np.uint8).tolist()
+    [0, 1, 1]
+    """
+    raw = array.reshape(-1).view(np.uint8)
+    if raw.size == 0 or int(raw.max()) <= 1:
+        return array
+    normalised: np.ndarray = (raw != 0).reshape(array.shape)
+    return normalised

@@ -115,3 +115,18 @@ def test_lazy_tree_reports_torch_dtype_names(tmp_path: Path) -> None:
     with open_checkpoint(path) as reader:
         lazy = reader.tree("t")["b"]
         assert (lazy.dtype, lazy.shape) == ("bfloat16", (2, 3))
+
+
+def test_bool_tensor_with_bytes_02_is_saved_as_true_stored_as_01(tmp_path: Path) -> None:
+    """torch reads a bool byte 02 as True (as after torch.frombuffer or a foreign file); the save stores 01."""
+    from opencheckpoint import validate
+
+    memory = bytearray(b"\x02\x00\x03\x01")
+    tensor = torch.frombuffer(memory, dtype=torch.bool)
+    assert tensor.tolist() == [True, False, True, True]
+    path = Checkpoint(t={"mask": tensor}, durable=False).save(tmp_path / "c")
+    assert validate(path).ok
+    loaded = read_component(path, "t", framework="torch")["mask"]
+    assert loaded.dtype == torch.bool and loaded.tolist() == [True, False, True, True]
+    assert loaded.view(torch.uint8).tolist() == [1, 0, 1, 1]
+    assert memory == bytearray(b"\x02\x00\x03\x01")  # the live tensor's memory is left as it was

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opencheckpoint import Checkpoint, read_component
+from opencheckpoint import Checkpoint, read_component, validate
 from opencheckpoint.converters import ConversionError, convert, export
 from opencheckpoint.converters.exporting import EXPORT_MAX_NAME_BYTES
 
@@ -29,7 +29,6 @@ MALFORMED = {
     "offsets_out_of_range": _safetensors({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 1000]}}, b"\0" * 8),
     "negative_dim": _safetensors({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, b"\0" * 4),
     "unknown_dtype": _safetensors({"a": {"dtype": "Q99", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4),
-    "bool_byte_02": _safetensors({"a": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\x02\x03"),
     "overlapping": _safetensors({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
                                  "b": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, b"\0" * 4),
     "empty_file": b"",
@@ -40,16 +39,25 @@ MALFORMED = {
 @pytest.mark.parametrize("source", [None, "torch", "safetensors", "torchrl"])
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_file_raises_conversion_error_naming_it(tmp_path: Path, case: str, source: str | None) -> None:
-    if (case, source) == ("bool_byte_02", "torch"):
-        # torch.load reads it as a bool tensor (bytes 02 03 kept); that the save then writes them is a known
-        # gap of the torch adapter's save (it should refuse or normalise), reported, not a converter failure.
-        pytest.xfail("the torch adapter's save writes bool bytes other than 00/01")
     src = tmp_path / f"{case}.safetensors"  # torch.load hands such a name to the safetensors binding
     src.write_bytes(MALFORMED[case])
     with pytest.raises(ConversionError) as caught:
         convert(src, tmp_path / "out", source=source)  # type: ignore[arg-type]  # the table's names are valid
     assert caught.value.file == str(src)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("source", [None, "torch", "safetensors"])
+def test_bool_bytes_02_03_convert_to_true_stored_as_01(tmp_path: Path, source: str | None) -> None:
+    """torch and NumPy read any nonzero bool byte as True: the conversion keeps True, stored as 01 (R-ARR-13)."""
+    src = tmp_path / "bools.safetensors"
+    src.write_bytes(_safetensors({"a": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}}, b"\x02\x03\x00"))
+    out = convert(src, tmp_path / "out", source=source)  # type: ignore[arg-type]  # the names are valid
+    report = validate(out)
+    assert report.ok, report.errors
+    value = read_component(out, "model")["a"]
+    assert value.dtype == np.bool_ and value.tolist() == [True, True, False]
+    assert value.view(np.uint8).tolist() == [1, 1, 0]
 
 
 def test_orbax_on_a_file_raises_conversion_error(tmp_path: Path) -> None:

@@ -145,3 +145,19 @@ def test_enum_dict_keys_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedValue, match="enum would come back as the plain type") as info:
         Checkpoint(durable=False).register("state", {"by_mode": {Mode.TRAIN: np.zeros(1)}}).save(tmp_path / "c")
     assert info.value.field == "$.by_mode"
+
+
+@pytest.mark.parametrize("form", ["directory", "archive"])
+def test_bool_bytes_other_than_00_01_are_stored_as_01(tmp_path: Path, form: str) -> None:
+    """NumPy reads a bool byte 02 as True; the file must hold 01 (R-ARR-13), in a view, a 0-d array and a copy."""
+    from opencheckpoint import validate
+
+    raw = np.frombuffer(bytes([2, 0, 255, 1, 3, 0]), dtype=np.bool_)  # a read-only view of foreign memory
+    value = {"flat": raw, "grid": raw.reshape(2, 3).T, "zero_d": raw[2:3].reshape(()), "ok": np.array([0, 1], bool)}
+    path = Checkpoint(m=value, durable=False).save(tmp_path / ("ckpt.zip" if form == "archive" else "ckpt"))
+    assert validate(path).ok
+    loaded = read_component(path, "m")
+    for name, array in value.items():
+        assert loaded[name].tolist() == array.tolist() and loaded[name].dtype == np.bool_
+        assert set(loaded[name].reshape(-1).view(np.uint8).tolist()) <= {0, 1}
+    assert bytes(raw.view(np.uint8)) == bytes([2, 0, 255, 1, 3, 0])  # the caller's memory is not touched

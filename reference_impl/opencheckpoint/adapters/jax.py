@@ -64,7 +64,7 @@ from ..restore_hints import suggest
 from ..restore_plan import Rename, RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
-from . import registry
+from . import flax_struct, registry
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: This module's row of the framework registry.
@@ -440,7 +440,7 @@ def storable(value: Any) -> Any:
 
     Custom pytree nodes with named children (``flax.struct.dataclass``,
     ``jax.tree_util.register_dataclass``) become named-tuple nodes whose
-    type name is informational only.
+    type name is informational only, static fields included (:mod:`.flax_struct`).
     """
     nnx = _nnx()
     if nnx is not None:
@@ -466,8 +466,7 @@ def storable(value: Any) -> Any:
     if len(children) == 1 and children[0][0] == () and children[0][1] is value:
         return value  # a leaf the encoder may know
     if all(len(p) == 1 and isinstance(p[0], jax.tree_util.GetAttrKey) for p, _ in children):
-        return NamedTupleValue(f"{type(value).__module__}.{type(value).__qualname__}",
-                               {p[0].name: storable(child) for p, child in children})
+        return flax_struct.record(value, {p[0].name: storable(child) for p, child in children})  # statics too
     return tuple(storable(child) for _, child in children)
 
 
@@ -487,6 +486,7 @@ class PytreeAdapter(Adapter):
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         matcher, stored = _matcher(reader, value)
+        stored = flax_struct.split_static(value, stored, _key_str, matcher.wrong, matcher.missing)
         restored = matcher.match(value, stored)
         _settle(matcher, strict, reader.name)
 

@@ -1,7 +1,7 @@
 """The canonical content rendering (spec Appendix B) and its inverse.
 
 :func:`render_checkpoint` reads a checkpoint with the reference reader and
-returns its rendering; :func:`render_node` renders one decoded tree value;
+returns its rendering (:mod:`.json_text` prints it, streamed); :func:`render_node` renders one decoded tree value;
 :func:`node_value` turns a rendered node back into a value the tree encoder
 writes (writer mode); :func:`renderings_equal` and :func:`writer_view`
 implement the equality of Appendix B.8.
@@ -26,7 +26,7 @@ import math
 import os
 import struct
 from collections.abc import Callable
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def render_node(value: Any) -> dict[str, Any]:
     if kind is tuple:
         return {"type": "tuple", "items": [render_node(item) for item in value]}
     if isinstance(value, dict):
-        return {"type": "dict", "items": [[_render_key(key), render_node(item)] for key, item in value.items()]}
+        return {"type": "dict", "items": [[render_key(key), render_node(item)] for key, item in value.items()]}
     if isinstance(value, np.ndarray):
         return render_array(value)
     if isinstance(value, np.generic):
@@ -138,7 +138,8 @@ def render_node(value: Any) -> dict[str, Any]:
     raise RenderingError(f"no Appendix B rendering for a decoded {kind.__module__}.{kind.__qualname__}")
 
 
-def _render_key(key: Any) -> dict[str, str]:
+def render_key(key: Any) -> dict[str, str]:
+    """Appendix B.4 rendering of a dict key: ``{"str": key}`` or ``{"int": "<decimal>"}``."""
     if type(key) is str:
         return {"str": key}
     if type(key) is int:
@@ -196,29 +197,18 @@ def render_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises the first :class:`~opencheckpoint.errors.CheckpointError` that
     validation reports (spec R-RDR-5: every check happens before anything is printed).
     """
-    return _rendering(path, _render_content)
+    return rendering_document(path, render_content)
 
 
-def write_checkpoint_rendering(path: str | os.PathLike[str], out: TextIO) -> None:
-    """Write ``dumps(render_checkpoint(path))`` to ``out`` without building the rendering in memory.
+def rendering_document(
+    path: str | os.PathLike[str], content: Callable[[Any, str, dict[str, Any]], Any]
+) -> dict[str, Any]:
+    """The Appendix B document of a fully validated checkpoint, each component's content made by ``content``.
 
-    Every check runs and every component is decoded before the first character is written
-    (R-RDR-5); tree nodes are then rendered and written one at a time, so memory stays at the
-    decoded trees plus a constant (the whole rendering is some 20 to 60 times the size of
-    ``tree.msgpack``: a tree of 10 million ``nil`` took 5.7 GiB as one document).
+    ``content(reader, name, record)`` is :func:`render_content`, or, for the streamed rendering
+    (:func:`opencheckpoint.conformance.json_text.write_checkpoint_rendering`), one that leaves trees to be
+    rendered while they are written.
     """
-
-    def lazy_trees(reader: Any, name: str, raw: dict[str, Any]) -> Any:
-        if raw["kind"] == "tree":
-            return {"type": "tree", "root": _Lazy(reader.read(name))}
-        return _render_content(reader, name, raw)
-
-    _write_json(_rendering(path, lazy_trees), out.write, 0)
-    out.write("\n")
-
-
-def _rendering(path: str | os.PathLike[str], content: Callable[[Any, str, dict[str, Any]], Any]) -> dict[str, Any]:
-    """The Appendix B document of a fully validated checkpoint, each component's content made by ``content``."""
     from ..reader import CheckpointReader
     from ..validate import validate
 
@@ -250,111 +240,8 @@ def _rendering(path: str | os.PathLike[str], content: Callable[[Any, str, dict[s
         }
 
 
-class _Lazy:
-    """A decoded tree value whose Appendix B rendering is produced while it is written."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class _Items:
-    """A JSON array whose elements are made one at a time: ``make(item)`` for each of ``items``."""
-
-    __slots__ = ("items", "make")
-
-    def __init__(self, items: Any, make: Any) -> None:
-        self.items = items
-        self.make = make
-
-
-def _streamed(value: Any) -> Any:
-    """:func:`render_node` with the children of containers left to be made while they are written."""
-    kind = type(value)
-    if kind is list:
-        return {"type": "list", "items": _Items(value, _streamed)}
-    if isinstance(value, NamedTupleValue):
-        return {"type": "named_tuple", "type_name": value.type_name,
-                "fields": _Items(list(zip(value._fields, value, strict=True)),
-                                 lambda pair: [pair[0], _streamed(pair[1])])}
-    if kind is tuple:
-        return {"type": "tuple", "items": _Items(value, _streamed)}
-    if isinstance(value, dict):
-        return {"type": "dict", "items": _Items(list(value.items()),
-                                                lambda pair: [_render_key(pair[0]), _streamed(pair[1])])}
-    return render_node(value)
-
-
-def _write_json(value: Any, write: Any, level: int) -> None:
-    """``json.dumps(value, indent=2, ensure_ascii=False)``, written piece by piece."""
-    if type(value) is _Lazy:
-        value = _streamed(value.value)
-    if isinstance(value, dict):
-        if not value:
-            write("{}")
-            return
-        inner = "\n" + "  " * (level + 1)
-        separator = "{" + inner
-        for key, item in value.items():
-            write(separator + json.dumps(key, ensure_ascii=False) + ": ")
-            _write_json(item, write, level + 1)
-            separator = "," + inner
-        write("\n" + "  " * level + "}")
-        return
-    if isinstance(value, _Items):
-        items, make = value.items, value.make
-        if make is _streamed:
-            _write_nodes(items, write, level)
-            return
-    elif isinstance(value, (list, tuple)):
-        items, make = value, None
-    else:
-        write(json.dumps(value, ensure_ascii=False))
-        return
-    if not items:
-        write("[]")
-        return
-    inner = "\n" + "  " * (level + 1)
-    separator = "[" + inner
-    for item in items:
-        write(separator)
-        _write_json(item if make is None else make(item), write, level + 1)
-        separator = "," + inner
-    write("\n" + "  " * level + "]")
-
-
-#: (level, type, value) -> the written rendering of a one-byte node (None, a bool, an int in -32..127, an
-#: empty list, tuple or dict): what a hostile document can hold most of per byte, written without
-#: building a node each time.
-_LEAF_TEXT: dict[tuple[int, type, Any], str] = {}
-
-
-def _write_nodes(items: Any, write: Any, level: int) -> None:
-    """The elements of an ``items`` array of tree nodes (see :func:`_write_json`)."""
-    if not items:
-        write("[]")
-        return
-    inner = "\n" + "  " * (level + 1)
-    separator = "[" + inner
-    for item in items:
-        write(separator)
-        kind = type(item)
-        if item is None or kind is bool or (kind is int and -32 <= item <= 127) or (
-                (kind is list or kind is tuple or kind is dict) and not item):
-            key = (level + 1, kind, item if kind is not list and kind is not dict else None)
-            text = _LEAF_TEXT.get(key)
-            if text is None:
-                text = _LEAF_TEXT[key] = json.dumps(render_node(item), indent=2, ensure_ascii=False).replace(
-                    "\n", "\n" + "  " * (level + 1))
-            write(text)
-        else:
-            _write_json(_streamed(item), write, level + 1)
-        separator = "," + inner
-    write("\n" + "  " * level + "]")
-
-
-def _render_content(reader: Any, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+def render_content(reader: Any, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """Appendix B.5 content of component ``name`` (manifest record ``raw``), read with ``reader``."""
     kind = raw["kind"]
     if kind == "tree":
         return {"type": "tree", "root": render_node(reader.read(name))}
@@ -408,8 +295,6 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def _short(value: Any) -> str:
-    import json
-
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 120 else text[:117] + "..."
 

@@ -49,7 +49,7 @@ def dumps(document: Any) -> str:
 
 def cmd_read(path: str, out: TextIO) -> None:
     """Print the rendering: byte for byte ``dumps(render_checkpoint(path))``, written as it is made."""
-    from .canonical import write_checkpoint_rendering
+    from .json_text import write_checkpoint_rendering
 
     write_checkpoint_rendering(path, out)
 

@@ -2,6 +2,9 @@
 
 The file is parsed by the ``safetensors`` package (its strict Rust validator);
 dtypes are mapped here because its NumPy binding has no bfloat16 or float8.
+A bool byte other than 00/01 is true, as torch and NumPy read it: the tree
+encoder stores it as 01 (spec §9), so the same file converts to the same
+checkpoint whether torch or safetensors reads it.
 """
 
 from __future__ import annotations
@@ -61,9 +64,6 @@ def read_safetensors(path: Path, component: str = "model") -> Foreign:
         if 0 in shape:  # NumPy refuses some empty shapes (``[2**62, 0]``: "array is too big")
             tensors[name] = empty_array(shape, dtype)
             continue
-        if code == "BOOL" and bytes(info["data"]).translate(None, b"\x00\x01"):
-            raise ConversionError(f"bool tensor {name!r} holds a byte other than 00 or 01", file=str(path),
-                                  field=name)
         try:
             tensors[name] = np.frombuffer(info["data"], dtype=dtype).reshape(shape).copy()
         except ValueError as exc:

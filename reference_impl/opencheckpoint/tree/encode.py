@@ -29,11 +29,15 @@ import msgpack
 import numpy as np
 
 from ..crc_combine import _multmodp, _x8nmodp
-from ..dtypes import dtype_name
+from ..dtypes import canonical_bools, dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .refusals import big_endian as _big_endian
+from .refusals import lost_attributes as _lost_attributes
+from .refusals import lost_subclass as _lost_subclass
+from .refusals import plain_array as _plain_array
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
@@ -304,6 +308,9 @@ class TreePlan:
         if not flags.c_contiguous:
             array = np.ascontiguousarray(array)
             flags = array.flags
+        if name == "bool":  # a byte other than 00/01 is True to NumPy and torch: stored as 01 (R-ARR-13)
+            array = canonical_bools(array)
+            flags = array.flags
         nbytes = array.nbytes
         node: list[Any] = [_MARK_ARRAY, name, array.shape, 0, nbytes, 0]
         if nbytes == 0:
@@ -424,47 +431,6 @@ def _is_size(value: tuple[Any, ...]) -> bool:
     """``torch.Size``: a tuple of ints by definition, stored as a tuple (a live ``torch.Size`` target gets one)."""
     kind = type(value)
     return kind.__name__ == "Size" and kind.__module__ == "torch"
-
-
-def _lost_subclass(value: Any, path: str) -> UnsupportedValue:
-    kind = type(value)
-    base = next(b for b in (bool, int, float, str, bytes, tuple) if isinstance(value, b)) if not isinstance(
-        value, (bytearray, memoryview)) else bytes
-    return UnsupportedValue(
-        f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
-        f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
-        "or register an adapter for it", field=path, rule="R-WTR-3")
-
-
-def _plain_array(value: np.ndarray, path: str) -> np.ndarray:
-    """An ndarray subclass's data, where nothing but the buffer would be lost; otherwise refused.
-
-    ``np.memmap`` is only where the bytes live (it comes back as an ndarray, and a
-    live memmap target is written in place); a masked array's mask, a matrix's or a
-    record array's type would be lost silently (R-WTR-3).
-    """
-    if isinstance(value, np.memmap):
-        return np.asarray(value)
-    kind = type(value)
-    fix = ("store its .data and .mask (np.ma.getmaskarray(value)) as two arrays" if isinstance(value, np.ma.MaskedArray)
-           else "store np.asarray(value) and rebuild the type when loading")
-    raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
-                           f"plain numpy.ndarray; {fix}", field=path, rule="R-WTR-3")
-
-
-def _big_endian(dtype: np.dtype, path: str) -> UnsupportedValue:
-    return UnsupportedValue(
-        f"cannot store the big-endian dtype {dtype.str!r}: spec dtypes are little-endian, so it would come back as "
-        f"{dtype.newbyteorder('<').str!r}; store value.astype(value.dtype.newbyteorder('<')) (or the dtype "
-        "newbyteorder('<'))", field=path, rule="R-WTR-3")
-
-
-def _lost_attributes(value: Any, attributes: list[str], path: str) -> UnsupportedValue:
-    kind = type(value)
-    return UnsupportedValue(
-        f"cannot store this {kind.__module__}.{kind.__qualname__}: its attribute{'s' if len(attributes) > 1 else ''} "
-        f"{', '.join(attributes)} would be lost (only the fields are stored); store them as fields or beside it",
-        field=path, rule="R-WTR-3")
 
 
 def write_small_file(path: Path, data: bytes, *, durable: bool, sha256: bool) -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""Values the tree encoder refuses at save, and the message that names the fix (spec R-WTR-3).
+
+A value that would come back changed (another type, lost attributes, another
+byte order) is refused with :class:`~opencheckpoint.errors.UnsupportedValue`
+naming what would be lost and what to store instead; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import UnsupportedValue
+
+
+def lost_subclass(value: Any, path: str) -> UnsupportedValue:
+    kind = type(value)
+    base = next(b for b in (bool, int, float, str, bytes, tuple) if isinstance(value, b)) if not isinstance(
+        value, (bytearray, memoryview)) else bytes
+    return UnsupportedValue(
+        f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
+        f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
+        "or register an adapter for it", field=path, rule="R-WTR-3")
+
+
+def plain_array(value: np.ndarray, path: str) -> np.ndarray:
+    """An ndarray subclass's data, where nothing but the buffer would be lost; otherwise refused.
+
+    ``np.memmap`` is only where the bytes live (it comes back as an ndarray, and a
+    live memmap target is written in place); a masked array's mask, a matrix's or a
+    record array's type would be lost silently (R-WTR-3).
+    """
+    if isinstance(value, np.memmap):
+        return np.asarray(value)
+    kind = type(value)
+    fix = ("store its .data and .mask (np.ma.getmaskarray(value)) as two arrays" if isinstance(value, np.ma.MaskedArray)
+           else "store np.asarray(value) and rebuild the type when loading")
+    raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
+                           f"plain numpy.ndarray; {fix}", field=path, rule="R-WTR-3")
+
+
+def big_endian(dtype: np.dtype, path: str) -> UnsupportedValue:
+    return UnsupportedValue(
+        f"cannot store the big-endian dtype {dtype.str!r}: spec dtypes are little-endian, so it would come back as "
+        f"{dtype.newbyteorder('<').str!r}; store value.astype(value.dtype.newbyteorder('<')) (or the dtype "
+        "newbyteorder('<'))", field=path, rule="R-WTR-3")
+
+
+def lost_attributes(value: Any, attributes: list[str], path: str) -> UnsupportedValue:
+    kind = type(value)
+    return UnsupportedValue(
+        f"cannot store this {kind.__module__}.{kind.__qualname__}: its attribute{'s' if len(attributes) > 1 else ''} "
+        f"{', '.join(attributes)} would be lost (only the fields are stored); store them as fields or beside it",
+        field=path, rule="R-WTR-3")
+
+
+__all__ = ["big_endian", "lost_attributes", "lost_subclass", "plain_array"]
