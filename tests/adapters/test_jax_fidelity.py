@@ -118,7 +118,8 @@ def test_a_static_field_that_differs_warns_or_is_ignored_per_strict(tmp_path: Pa
     assert restored.shape == (4, 5) and restored.step == 3
 
 
-def test_a_static_field_the_checkpoint_lacks_is_missing(tmp_path: Path) -> None:
+def test_a_record_without_stored_static_fields_keeps_the_live_ones(tmp_path: Path) -> None:
+    """Checkpoints written before static fields were stored hold none of them: they still load, as before."""
     @struct.dataclass
     class Before:
         count: Any
@@ -126,6 +127,24 @@ def test_a_static_field_the_checkpoint_lacks_is_missing(tmp_path: Path) -> None:
     @struct.dataclass
     class After:
         count: Any
+        mode: str = struct.field(pytree_node=False, default="train")
+
+    path = Checkpoint(state={"w": jnp.ones(2), "s": Before(jnp.int32(4))}, durable=False).save(tmp_path / "ckpt")
+    restored = Checkpoint(state={"w": jnp.ones(2), "s": After(jnp.int32(0), mode="eval")}).load(path)
+    state_ = restored.values["state"]
+    assert int(state_["s"].count) == 4 and state_["s"].mode == "eval"
+
+
+def test_a_static_field_the_checkpoint_lacks_beside_stored_ones_is_missing(tmp_path: Path) -> None:
+    @struct.dataclass
+    class Before:
+        count: Any
+        kind: str = struct.field(pytree_node=False, default="a")
+
+    @struct.dataclass
+    class After:
+        count: Any
+        kind: str = struct.field(pytree_node=False, default="a")
         mode: str = struct.field(pytree_node=False, default="train")
 
     path = Checkpoint(state={"w": jnp.ones(2), "s": Before(jnp.int32(4))}, durable=False).save(tmp_path / "ckpt")
