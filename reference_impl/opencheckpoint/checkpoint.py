@@ -338,9 +338,9 @@ class Checkpoint:
                 if record.kind != adapter.kind:
                     result.incompatible[name] = (f"stored as a {record.kind!r} component; its adapter reads "
                                                  f"{adapter.kind!r}")
-                elif record.kind in KIND_VERSIONS and record.kind_version > adapter.kind_version:
+                elif record.kind in KIND_VERSIONS and record.kind_version > _readable(record.kind, adapter):
                     result.incompatible[name] = (f"{record.kind} kind_version {record.kind_version} is newer "
-                                                 f"than supported ({adapter.kind_version})")
+                                                 f"than supported ({_readable(record.kind, adapter)})")
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
@@ -442,3 +442,9 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+
+
+def _readable(kind: str, adapter: Adapter) -> int:
+    """The highest kind_version of ``kind`` that ``adapter`` can load. Any tree adapter loads a tree of
+    kind_version 2 (format version 2): the reader hands it the sharded arrays assembled, as plain arrays."""
+    return max(adapter.kind_version, KIND_VERSIONS[kind]) if kind == "tree" else adapter.kind_version
