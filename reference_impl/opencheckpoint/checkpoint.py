@@ -338,9 +338,9 @@ class Checkpoint:
                 if record.kind != adapter.kind:
                     result.incompatible[name] = (f"stored as a {record.kind!r} component; its adapter reads "
                                                  f"{adapter.kind!r}")
-                elif record.kind in KIND_VERSIONS and record.kind_version > _readable(record.kind, adapter):
+                elif record.kind in KIND_VERSIONS and record.kind_version > _readable(adapter, record.kind):
                     result.incompatible[name] = (f"{record.kind} kind_version {record.kind_version} is newer "
-                                                 f"than supported ({_readable(record.kind, adapter)})")
+                                                 f"than supported ({_readable(adapter, record.kind)})")
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
@@ -429,6 +429,15 @@ class Checkpoint:
             warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
 
 
+def _readable(adapter: Adapter, kind: str) -> int:
+    """The highest kind_version of ``kind`` an adapter can be given.
+
+    A tree of kind_version 2 differs from 1 only by sharded arrays, which the reader assembles
+    into whole arrays (or reads by region) before any adapter sees them: every tree adapter reads it.
+    """
+    return max(adapter.kind_version, KIND_VERSIONS["tree"]) if kind == "tree" else adapter.kind_version
+
+
 def _json_bytes(value: Any) -> bytes:
     import json
 
@@ -443,8 +452,3 @@ def _version() -> str:
 
     return __version__
 
-
-def _readable(kind: str, adapter: Adapter) -> int:
-    """The highest kind_version of ``kind`` that ``adapter`` can load. Any tree adapter loads a tree of
-    kind_version 2 (format version 2): the reader hands it the sharded arrays assembled, as plain arrays."""
-    return max(adapter.kind_version, KIND_VERSIONS[kind]) if kind == "tree" else adapter.kind_version
