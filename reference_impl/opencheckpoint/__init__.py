@@ -41,6 +41,7 @@ from .kind_migrations import register_migration
 from .options import CheckpointOptions
 from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader, open_checkpoint, read_component
+from .sharding.reading import LazyShardedArray
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
 from .validate import ValidationReport, validate
 
@@ -58,6 +59,7 @@ __all__ = [
     "IncompatibleComponent",
     "IntegrityError",
     "LazyArray",
+    "LazyShardedArray",
     "LimitExceeded",
     "LoadResult",
     "ManifestError",

@@ -377,3 +377,4 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+

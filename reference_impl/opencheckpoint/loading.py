@@ -67,6 +67,15 @@ class ComponentLoad:
     mode: Strictness
 
 
+def _readable(adapter: Adapter, kind: str) -> int:
+    """The highest kind_version of ``kind`` an adapter can be given.
+
+    A tree of kind_version 2 differs from 1 only by sharded arrays, which the reader assembles
+    into whole arrays (or reads by region) before any adapter sees them: every tree adapter reads it.
+    """
+    return max(adapter.kind_version, KIND_VERSIONS["tree"]) if kind == "tree" else adapter.kind_version
+
+
 def kind_mismatch(record: Any, adapter: Adapter) -> str | None:
     """Why ``adapter`` cannot read the stored ``record`` (kind, or a version it cannot reach), else None.
 
@@ -75,8 +84,9 @@ def kind_mismatch(record: Any, adapter: Adapter) -> str | None:
     """
     if record.kind != adapter.kind:
         return f"stored as a {record.kind!r} component; its adapter reads {adapter.kind!r}"
-    if record.kind_version > adapter.kind_version:
-        return f"{record.kind} kind_version {record.kind_version} is newer than supported ({adapter.kind_version})"
+    readable = _readable(adapter, record.kind)
+    if record.kind_version > readable:
+        return f"{record.kind} kind_version {record.kind_version} is newer than supported ({readable})"
     if record.kind not in KIND_VERSIONS and record.kind_version < adapter.kind_version:
         gap = missing_step(record.kind, record.kind_version, adapter.kind_version)
         if gap is not None:

@@ -7,7 +7,7 @@ fixed validation order so every implementation reports the same error class
 for the same file:
 
 3. size (R-LIM-1); 4. UTF-8 + I-JSON (R-MAN-1..6, R-LIM-3, R-LIM-4);
-5. ``format`` / ``format_version`` (NotACheckpoint, R-MAN-10, R-VER-3);
+5. ``format`` / ``format_version`` (NotACheckpoint, R-MAN-10, R-VER-3, R-SHD-12);
 6. the checksum suffix (R-CHK-1, R-CHK-2, then R-CHK-3);
 7. the members (R-MAN-7, R-MAN-11..23, R-CMP-*, R-CHK-4/5, R-EXT-1..5, R-LIM-5/6);
 8. paths (R-LIM-7/8, then R-PATH-1..4, R-CMP-6..8); 9. ``must_understand`` extensions.
@@ -55,14 +55,16 @@ from .paths import ascii_fold, conflict_errors, path_grammar_error, path_limit_e
 from .rules.v1 import KIND_FILES as KIND_FILES  # re-exported: the test kit reads it from here
 from .rules.v1 import V1
 from .rules.v1 import timestamp_error as timestamp_error
+from .rules.v2 import V2
 
 SUFFIX_LENGTH: Final = 32
 _SUFFIX: Final = re.compile(rb'"manifest_crc32c": "([0-9a-f]{8})"\n\}\n')
 _SUFFIX_SHAPE: Final = re.compile(rb'"manifest_crc32c": "([^"]{8})"\n\}\n')
 _WHITESPACE: Final = b" \t\r\n"
 
-#: Highest kind_version of each built-in kind this reader implements (R-CMP-19).
-KIND_VERSIONS: Final = {"tree": 1, "json": 1, "files": 1}
+#: Highest kind_version of each built-in kind this reader implements (R-CMP-19). A tree of kind_version 2
+#: (sharded arrays) is valid only in a checkpoint of format version 2 (R-SHD-2).
+KIND_VERSIONS: Final = {"tree": 2, "json": 1, "files": 1}
 #: Extension name -> highest version this reader implements. Format version 1 defines none.
 UNDERSTOOD_EXTENSIONS: Final[Mapping[str, int]] = {}
 RESERVED_EXTENSION_PREFIX: Final = "org.opencheckpoint."
@@ -122,7 +124,7 @@ def field_of(*parts: str) -> str:
 
 # -- step 5 -----------------------------------------------------------------------------------
 def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
-    """R-MAN-8, R-MAN-9, then R-MAN-10 and R-VER-3; return the written format version."""
+    """R-MAN-8, R-MAN-9, then R-MAN-10, R-VER-3 and R-SHD-12; return the written format version."""
     if not isinstance(raw, dict):
         raise NotACheckpoint(f"the top-level JSON value is a {type(raw).__name__}, not an object",
                              file=MANIFEST_NAME, field="$", rule="R-MAN-8")
@@ -140,6 +142,9 @@ def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
         raise ManifestError(f"format_version {version!r} is not an integer >= 1"[:120], file=MANIFEST_NAME,
                             field="$.format_version", rule="R-MAN-10")
     chain.steps_from(version)  # R-VER-3: newer than this reader
+    error = V2.check("R-SHD-12", "$.format_version", version, raw.get("components"))
+    if error is not None:  # a version 2 label on content without sharded arrays: a version problem, found first
+        raise error
     return int(version)
 
 
@@ -169,13 +174,13 @@ def verify_manifest_checksum(data: bytes) -> None:
 
 # -- step 7 -----------------------------------------------------------------------------------
 class _Found:
-    """The errors of step 7, in order: each comes from the rule table's dispatcher (:data:`V1`)."""
+    """The errors of step 7, in order: each comes from its rule table's dispatcher (:data:`V1`, :data:`V2`)."""
 
     def __init__(self) -> None:
         self.errors: list[CheckpointError] = []
 
     def check(self, rule: str, where: str, *args: Any) -> None:
-        error = V1.check(rule, where, *args)
+        error = (V2 if rule in V2.rules else V1).check(rule, where, *args)
         if error is not None:
             self.errors.append(error)
 
@@ -291,6 +296,8 @@ def _component_errors(name: str, record: Any, found: _Found) -> int:
         _entry_errors(f"{where}.files{field_of(rel)[1:]}", entry, found)
     if kind in ("tree", "json") and record.get("kind_version") == 1:
         found.check("R-CMP-16" if kind == "tree" else "R-CMP-17", where + ".files", files)
+    elif kind == "tree" and record.get("kind_version") == 2:
+        found.check("R-SHD-3", where + ".files", files)
     return len(files)
 
 

@@ -37,9 +37,10 @@ from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
 from .kind_migrations import has_migrations, migrate_files, newest_version
 from .manifest import KIND_VERSIONS
+from .sharding.reading import LazyShardedArray, assemble
 from .steps import CheckpointSteps
-from .tree.decode import materialize
-from .tree.nodes import ArrayRef, PRNGKeyValue
+from .tree.decode import DecodedTree, materialize
+from .tree.nodes import ArrayRef, PRNGKeyValue, ShardedArrayRef
 
 
 class CheckpointReader(CheckpointSteps):
@@ -51,13 +52,17 @@ class CheckpointReader(CheckpointSteps):
     """
 
     def tree(self, name: str) -> Any:
-        """The component's tree with :class:`LazyArray` leaves (nothing read yet)."""
+        """The component's tree with :class:`LazyArray` leaves (sharded arrays: :class:`LazyShardedArray`),
+        nothing read yet. Both support ``handle[key]`` and ``read_region(start, size)``."""
         decoded, data_map, data_file = self.decoded_tree(name)
         cache: dict[ArrayRef, LazyArray] = {}
+        files = self.component_files(name) if decoded.sharded else None
 
         def leaf(node: Any) -> Any:
             if isinstance(node, ArrayRef):
                 return cache.setdefault(node, LazyArray(node, data_map, data_file))
+            if isinstance(node, ShardedArrayRef):
+                return LazyShardedArray(node, files)  # type: ignore[arg-type]  # set when decoded.sharded
             if isinstance(node, PRNGKeyValue):
                 return PRNGKeyValue(node.impl, leaf(node.data))
             return numpy_dtype(node.name).newbyteorder("=")
@@ -89,7 +94,7 @@ class CheckpointReader(CheckpointSteps):
         if record.kind == "files":
             return self.migrated(name, dict(self.iter_files(name, verify=verify)))
         fw = resolve(framework)
-        if self.parsed.written_version != migrations.DEFAULT_CHAIN.current_version:
+        if migrations.DEFAULT_CHAIN.rewrites_payload(self.parsed.written_version, "tree"):
             # Payload steps work on the decoded tree with NumPy leaves (migrations.migrate_component):
             # read that, migrate it, then hand its arrays to the framework.
             tree = self.migrated(name, self._read_tree(name, numpy_framework(), verify, True, None))
@@ -103,8 +108,10 @@ class CheckpointReader(CheckpointSteps):
             if decoded.arrays:
                 with self.open_region(data_file, size) as region:
                     fresh = read_arrays(region, decoded.arrays, data_file, verify=verify)
+            self._assemble_sharded(name, decoded, fresh, verify)
             return materialize_read(decoded, fresh, fw, map_location)
         decoded, data_map, data_file = self.decoded_tree(name)
+        files = self.component_files(name)
 
         def view(ref: ArrayRef) -> np.ndarray:
             array = array_view(data_map, ref)
@@ -112,7 +119,15 @@ class CheckpointReader(CheckpointSteps):
                 verify_view(array, ref, data_file)
             return array
 
-        return materialize_views(decoded, view, fw, map_location)
+        return materialize_views(decoded, view, fw, map_location,
+                                 lambda ref: assemble(ref, files, verify=verify))
+
+    def _assemble_sharded(self, name: str, decoded: DecodedTree, fresh: dict[int, np.ndarray], verify: bool) -> None:
+        """Add every sharded array of ``decoded`` to ``fresh``, assembled from its (verified) shards."""
+        if decoded.sharded:
+            files = self.component_files(name)
+            for ref in decoded.sharded:
+                fresh[id(ref)] = assemble(ref, files, verify=verify)
 
     def read_into(self, name: str, target: Any, *, verify: bool = True) -> Any:
         """Decode a tree component (NumPy), reading array bytes straight into ``target``'s arrays.
@@ -148,7 +163,7 @@ class CheckpointReader(CheckpointSteps):
         A restore of several components prepares every one before it fills any
         (:meth:`Checkpoint.load <opencheckpoint.Checkpoint.load>`).
         """
-        if self.parsed.written_version != migrations.DEFAULT_CHAIN.current_version:
+        if migrations.DEFAULT_CHAIN.rewrites_payload(self.parsed.written_version, "tree"):
             # A migrated tree is a new value: read (verified) and migrated now; the caller copies it
             # into ``target``'s arrays (nothing here is filled in place).
             tree = self.read(name, verify=verify)
@@ -162,6 +177,7 @@ class CheckpointReader(CheckpointSteps):
             with self.open_region(data_file, size) as region:
                 fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets,
                                     deferred=deferred)
+        self._assemble_sharded(name, decoded, fresh, verify)  # fresh arrays, verified now, before any fill
 
         def fill() -> Any:
             if deferred:

@@ -25,6 +25,7 @@ from opencheckpoint import (
     read_component,
 )
 from opencheckpoint.adapters import DumpLoadAdapter, JsonAdapter, StateDictAdapter, TreeAdapter
+from opencheckpoint.migrations import DEFAULT_CHAIN
 
 
 def _saved(tmp_path: Path, **extra: Any) -> Path:
@@ -64,7 +65,10 @@ def test_manifest_returns_the_validated_manifest_without_reading_payloads(tmp_pa
     found = manifest(path)
     assert found["format"] == "opencheckpoint" and found["metadata"] == {"step": 7}
     assert set(found["components"]) == {"weights", "config"}
-    assert found == json.loads((path / "manifest.json").read_text())
+    written = json.loads((path / "manifest.json").read_text())
+    assert written["format_version"] == 1  # no sharded array: written as version 1 ...
+    # ... and returned migrated to the current version (R-VER-5; 1 -> 2 changes nothing else)
+    assert found == {**written, "format_version": DEFAULT_CHAIN.current_version}
     with pytest.raises(IntegrityError):  # the payload was never read by manifest(); a read checks it
         read_component(path, "weights")
 
