@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -25,11 +26,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .adapters import registry
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
 from .casting import CastPolicy, Conversion
+from .collectives import DEFAULT_TIMEOUT, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
@@ -39,7 +41,13 @@ from .manifest_builder import manifest_body
 from .paths import check_segment
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
+from .sharding.collective_save import save_collective
+from .sharding.sink import LocalSink
 from .strict_json import parse_ijson
+from .tree.sink import current_sink, installed
+
+if TYPE_CHECKING:
+    from .container.archive_writer import ArchiveWriter
 
 logger = logging.getLogger("opencheckpoint")
 
@@ -216,6 +224,8 @@ class Checkpoint:
         created_at: str | None = None,
         overwrite: bool = True,
         producer: Mapping[str, Any] | None = None,
+        process_group: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
 
@@ -231,6 +241,15 @@ class Checkpoint:
         a symbolic link) raises :class:`TargetExists` before anything on disk
         changes; no option deletes it. A URL (``s3://...``) raises
         :class:`UnsupportedLocation`.
+
+        Collective save (docs page "Scaling out"): in a ``torch.distributed``
+        job every rank calls ``save`` (``process_group`` defaults to the world
+        group when more than one process is initialized; an
+        :class:`opencheckpoint.sharding.Collective` works too). Each rank writes
+        its shards of sharded tensors; rank 0 writes everything else and
+        publishes once. When a rank fails or dies, nothing is published and every
+        surviving rank raises a :class:`CheckpointError` within ``timeout``
+        seconds per collective step.
         """
         target = local_path(path).absolute()
         output = format or self.format
@@ -242,15 +261,25 @@ class Checkpoint:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+        collective = resolve_collective(process_group, timeout)
+
+        def body(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+            # Format version 2 only when a tree holds a sharded array; every other save stays version 1.
+            sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
+            return manifest_body(
+                records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
+                producer=default_producer() if producer is None else producer, metadata=user_metadata,
+                format_version=2 if sharded else 1)
+
         try:
+            if collective is not None:
+                if output != "directory":
+                    raise UnsupportedValue("a collective save writes the directory form only", field="format")
+                save_collective(target, collective, lambda root: self._save_components(names, root, None), body,
+                                durable=self.durable, overwrite=overwrite)
+                return target
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
-                records: dict[str, dict[str, Any]] = {}
-                for name in names:
-                    records[name] = self._save_component(name, staged)
-                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
-                staged.commit(manifest_body(
-                    records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
-                    producer=default_producer() if producer is None else producer, metadata=user_metadata))
+                staged.commit(body(self._save_components(names, staged.directory, staged)))
         except OSError as exc:
             raced = publication_race(exc, target)
             if raced is None:
@@ -258,11 +287,24 @@ class Checkpoint:
             raise raced from exc
         return target
 
-    def _save_component(self, name: str, staged: StagedCheckpoint) -> dict[str, Any]:
+    def _save_components(self, names: list[str], root: Path, staged: StagedCheckpoint | None,
+                         ) -> dict[str, dict[str, Any]]:
+        """Run each component's adapter into ``root/components/NAME``; the component records by name."""
+        records: dict[str, dict[str, Any]] = {}
+        with installed(LocalSink()) if current_sink() is None else contextlib.nullcontext() as local:
+            for name in names:
+                records[name] = self._save_component(name, root, None if staged is None else staged.archive)
+                if staged is not None:
+                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
+                if isinstance(local, LocalSink) and root / "components" / name in local.sharded:
+                    records[name]["kind_version"] = 2  # a tree with sharded arrays (format version 2)
+        return records
+
+    def _save_component(self, name: str, root: Path, archive: ArchiveWriter | None) -> dict[str, Any]:
         value, _ = self._components[name]
         adapter = self._adapter(name)
-        writer = ComponentWriter(staged.directory / "components" / name, durable=self.durable, sha256=self.sha256,
-                                 archive=staged.archive, member_prefix=f"components/{name}")
+        writer = ComponentWriter(root / "components" / name, durable=self.durable, sha256=self.sha256,
+                                 archive=archive, member_prefix=f"components/{name}")
         fault_point(f"write-component:{name}")
         try:
             adapter.save(value, writer)
