@@ -4,8 +4,10 @@
 ``torch.distributed`` process group. Without one, a save in a process of an
 initialized ``torch.distributed`` job of more than one process is collective
 over the world group (every rank must call it), as with
-``torch.distributed.checkpoint``; otherwise it is a single-process save.
-torch is never imported here: a job that uses it has imported it already.
+``torch.distributed.checkpoint``; so is a save in a ``jax.distributed`` job of
+more than one process (over every JAX process, as orbax does); otherwise it is
+a single-process save. Neither torch nor JAX is imported here: a job that uses
+one has imported it already.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ def resolve_collective(process_group: Any, timeout: float) -> Collective | None:
     if process_group is None:
         dist = sys.modules.get("torch.distributed")
         if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
-            return None
+            return _jax_collective(timeout)
     from .adapters.torch_collective import TorchCollective
 
     return TorchCollective(process_group, timeout=timeout)
+
+
+def _jax_collective(timeout: float) -> Collective | None:
+    """All processes of a ``jax.distributed`` job of more than one process, else None (a single-process save)."""
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized() or jax.process_count() < 2:
+        return None
+    from .adapters.jax_collective import JaxCollective
+
+    return JaxCollective(timeout=timeout)

@@ -58,13 +58,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..casting import Caster, CastPolicy, CastRefused
-from ..dtypes import dtype_name
+from ..dtypes import dtype_name, numpy_dtype
 from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..restore_hints import suggest
 from ..restore_plan import Rename, RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
-from . import registry
+from . import jax_sharding, registry
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 
 #: This module's row of the framework registry.
@@ -101,6 +101,8 @@ def _host_array(value: jax.Array) -> np.ndarray:
     if isinstance(value, jax.core.Tracer):
         raise UnsupportedValue("cannot save a traced value; save outside jit/grad/vmap")
     if not value.is_fully_addressable:
+        if value.sharding.is_fully_replicated:  # every process holds all of it: this process's copy
+            return np.asarray(value.addressable_data(0))
         raise UnsupportedValue("array is not fully addressable from this process (multi-host); "
                                "gather it or save per process")
     return np.asarray(value)
@@ -111,6 +113,8 @@ def to_tree_value(value: Any) -> Any:
     if isinstance(value, jax.Array):
         if is_key(value):
             return PRNGKeyValue(key_impl_name(value.dtype), _host_array(jax.random.key_data(value)))
+        if not isinstance(value, jax.core.Tracer) and jax_sharding.is_sharded(value):
+            return jax_sharding.sharded_value(value)  # shard by shard; format version 2 (tag 10)
         return _host_array(value)
     if isinstance(value, jax.ShapeDtypeStruct):
         raise UnsupportedValue("an abstract ShapeDtypeStruct has no values to save")
@@ -242,8 +246,10 @@ class TreeMatcher:
     :meth:`apply`, after the caller decided the problems are acceptable.
     """
 
-    def __init__(self, map_location: Any = None, caster: Caster | None = None, component: str = "") -> None:
+    def __init__(self, map_location: Any = None, caster: Caster | None = None, component: str = "",
+                 verify: bool = True) -> None:
         self.map_location = map_location
+        self.verify = verify  # for stored leaves that are lazy handles (a sharded target reads regions)
         self.caster = caster or Caster()  # cast= of the load: dtype conversions allowed and recorded
         self.component = component
         self.dtype_only: list[tuple[str, str]] = []  # (stored, target) dtypes of same-shape mismatches (hints)
@@ -291,7 +297,7 @@ class TreeMatcher:
     def _graph_node(self, node: Any, stored: Any, path: str, leaves: dict[str, Any], used: set[str]) -> Any:
         nnx = _nnx()
         state = nnx.state(node)
-        sub = TreeMatcher(self.map_location, self.caster, self.component)
+        sub = TreeMatcher(self.map_location, self.caster, self.component, self.verify)
         pure = sub.match(nnx.to_pure_dict(state), stored if stored is not None else {}, path)
         self.missing += sub.missing
         self.wrong += sub.wrong
@@ -324,6 +330,11 @@ class TreeMatcher:
         return target
 
     def _convert(self, target: Any, stored: Any, path: str) -> Any:
+        if jax_sharding.is_handle(stored):
+            placed = self._assemble(target, stored)
+            if placed is not None:
+                return placed
+            stored = jax_sharding.host_copy(stored.read(verify=self.verify))  # then as an eager read
         if isinstance(target, (jax.Array, jax.ShapeDtypeStruct)) and is_key(target):
             impl = key_impl_name(target.dtype)
             if not isinstance(stored, PRNGKeyValue):
@@ -367,6 +378,18 @@ class TreeMatcher:
         with contextlib.suppress(CheckpointError):  # a dtype outside the table: no cast= hint for it
             self.dtype_only.append((dtype_name(np.dtype(stored.dtype)), dtype_name(np.dtype(target.dtype))))
         raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}{refusal}")
+
+    def _assemble(self, target: Any, handle: Any) -> jax.Array | None:
+        """``target``'s sharding built block by block from a stored handle, when it fits as stored (else None:
+        a mismatch, a cast or a single-device target go through the full read)."""
+        sharding = jax_sharding.target_sharding(target) if self.map_location is None else None
+        if sharding is None or is_key(target) or not isinstance(target, (jax.Array, jax.ShapeDtypeStruct)):
+            return None
+        if tuple(handle.shape) != tuple(target.shape) or numpy_dtype(handle.dtype) != np.dtype(target.dtype):
+            return None
+        _check_x64(handle.dtype)
+        array = jax_sharding.assemble(handle, sharding, verify=self.verify)
+        return _weak(array) if getattr(target, "weak_type", False) else array
 
     def _where(self, target: Any) -> Any:
         if self.map_location is not None:
@@ -429,9 +452,16 @@ def _holds_optimizer_state(value: Any, depth: int = 4) -> bool:
 
 
 def _matcher(reader: ComponentReader, value: Any) -> tuple[TreeMatcher, Any]:
-    """A matcher with the load's ``cast=`` policy, and the stored tree with its ``rename=``/``subtree=`` applied."""
-    stored = reader.tree("numpy", embedded=_holds_optimizer_state(value))
-    return TreeMatcher(reader.map_location, reader.plan.caster, reader.name), stored
+    """A matcher with the load's ``cast=`` policy, and the stored tree with its ``rename=``/``subtree=`` applied.
+
+    A target holding sharded arrays gets the stored tree as lazy handles: each device then reads only its block.
+    """
+    embedded = _holds_optimizer_state(value)
+    if reader.map_location is None and jax_sharding.wants_regions(value):
+        stored = reader.plan.apply(jax_sharding.lazy_tree(reader.reader, reader.name), reader.name, embedded=embedded)
+    else:
+        stored = reader.tree("numpy", embedded=embedded)
+    return TreeMatcher(reader.map_location, reader.plan.caster, reader.name, reader.verify), stored
 
 
 # -- adapters ------------------------------------------------------------------------------
@@ -617,11 +647,13 @@ def restore_nnx(
 
     graphdef, state = target if isinstance(target, tuple) else nnx.split(target)
     plan = RestorePlan(rename, subtree, cast)
-    matcher = TreeMatcher(map_location, plan.caster, name)
-    with CheckpointReader(path) as reader:
-        stored = reader.read(name, framework="numpy", verify=verify)
+    matcher = TreeMatcher(map_location, plan.caster, name, verify)
+    regions = map_location is None and jax_sharding.wants_regions(state)  # sharded target: each device its block
     try:
-        pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
+        with CheckpointReader(path) as reader:
+            stored = (jax_sharding.lazy_tree(reader, name) if regions
+                      else reader.read(name, framework="numpy", verify=verify))
+            pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
         _settle(matcher, strict, name)
     except CheckpointError as exc:
         raise exc.at(file=str(path), field=f"components.{name}") from None
