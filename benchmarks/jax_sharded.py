@@ -55,9 +55,9 @@ def make_state(size: int, count: int) -> tuple[dict[str, Any], Any]:
     """The sharded state on a 4x2 mesh, and the 2x4 mesh a restore moves it to."""
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec
 
+    P: Any = PartitionSpec  # jax leaves its constructor untyped
     mesh = jax.make_mesh((4, 2), ("x", "y"))
     other = jax.make_mesh((2, 4), ("x", "y"))
     rows = max(8, (size // count // 4 // 1024) // 8 * 8)  # a multiple of 8 rows of 1024 float32
@@ -73,7 +73,8 @@ def make_state(size: int, count: int) -> tuple[dict[str, Any], Any]:
 def abstract(state: dict[str, Any], sharding_of: Callable[[Any], Any]) -> dict[str, Any]:
     import jax
 
-    return {name: jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=sharding_of(array))
+    struct: Any = jax.ShapeDtypeStruct  # jax leaves its constructor untyped
+    return {name: struct(array.shape, array.dtype, sharding=sharding_of(array))
             for name, array in state.items()}
 
 
@@ -87,7 +88,8 @@ def best_of(repeat: int, operation: Callable[[], Any], setup: Callable[[], None]
         if hasattr(result, "block_until_ready") or isinstance(result, dict):
             import jax
 
-            jax.block_until_ready(result)
+            ready: Any = jax.block_until_ready  # untyped in jax
+            ready(result)
         samples.append(time.perf_counter() - start)
         del result
     return samples
@@ -105,8 +107,9 @@ def _remove(path: Path) -> None:
 def run(args: argparse.Namespace) -> dict[str, list[float]]:
     import numpy as np
     import orbax.checkpoint as ocp
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    P: Any = PartitionSpec  # jax leaves its constructor untyped
 
     from opencheckpoint import Checkpoint
 

@@ -55,8 +55,8 @@ class JaxCollective:
 
     def __init__(self, *, timeout: float = DEFAULT_TIMEOUT, namespace: str = "opencheckpoint") -> None:
         self._client = _client()
-        self._rank = jax.process_index()
-        self._world = jax.process_count()
+        self._rank = int(jax.process_index())
+        self._world = int(jax.process_count())
         self._timeout_ms = max(1, int(timeout * 1000))
         self._namespace = namespace
 

@@ -108,8 +108,8 @@ def assemble(handle: RegionReader, sharding: jax.sharding.Sharding, *, verify: b
     shape = tuple(handle.shape)
     blocks: dict[Region, np.ndarray] = {}
 
-    def block(index: tuple[slice, ...]) -> np.ndarray:
-        region = index_region(index, shape)
+    def block(index: tuple[slice, ...] | None) -> np.ndarray:
+        region = index_region(index or tuple(slice(None) for _ in shape), shape)  # None: the whole array
         if region not in blocks:
             blocks[region] = host_copy(handle.read_region(*region, verify=verify))
         return blocks[region]
