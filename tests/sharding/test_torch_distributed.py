@@ -97,3 +97,16 @@ def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_pa
     assert (path / "manifest.json").read_bytes() == before
     assert validate(path).ok
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # the coordinator removed the staging directory
+
+
+def test_an_unsharded_checkpoint_restores_into_fsdp2_on_two_ranks(tmp_path: Path) -> None:
+    """One process saves a plain model and Adam state; two FSDP2 ranks each restore their own rows and train on."""
+    from dist_worker import model, train_step, write_expected
+
+    net = model()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    train_step(net, optimizer)
+    path = Checkpoint(model=net, optim=optimizer).save(tmp_path / "ckpt")
+    write_expected(0, net, optimizer, str(path))
+    for result in launch("load", 2, path):
+        assert result.returncode == 0 and "loaded" in result.stdout, result.stderr[-3000:]
