@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from ..errors import UnsupportedValue
-from ..tree.sharded import LocalShard, ShardedValue
+from ..tree.shard_plan import LocalShard, ShardedValue
 from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 __all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state", "shard_optimizer_state",

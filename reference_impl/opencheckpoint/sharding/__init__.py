@@ -4,7 +4,7 @@ Framework-free: no torch or JAX import. The torch ``Collective`` lives in
 ``opencheckpoint.adapters.torch_collective``.
 """
 
-from ..tree.sharded import LocalShard, ShardedValue, rank_file
+from ..tree.shard_plan import LocalShard, ShardedValue, rank_file
 from .collective import Collective, CollectiveError, LocalCollective
 from .collective_save import save_collective
 
