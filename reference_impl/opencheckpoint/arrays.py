@@ -9,7 +9,7 @@ It knows nothing about frameworks or about opening a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import crc32c as _crc32c_module
@@ -347,6 +347,27 @@ class LazyArray:
                 verify_view(view, self.ref, self._file)
             self._view = view
         return self._view
+
+    def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:
+        """Elements ``start[d] .. start[d] + size[d]`` of every dimension, as a fresh array of shape ``size``.
+
+        A checksum covers the whole array, so a verified read verifies the whole
+        extent once per handle (:meth:`read`) and then copies the region;
+        ``verify=False`` (an explicit opt-out) touches only the region's pages.
+        """
+        from .sharding.regions import check_region, region_slices
+
+        start, size = tuple(int(s) for s in start), tuple(int(n) for n in size)
+        check_region(self.ref.shape, start, size)
+        source = self.read() if verify else array_view(self._map, self.ref)
+        return np.array(source[region_slices((start, size), (0,) * len(start))])
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        """NumPy basic indexing (ints, slices with any step, Ellipsis) through :meth:`read_region`."""
+        from .sharding.regions import index_plan
+
+        region, inner = index_plan(self.ref.shape, key)
+        return self.read_region(*region)[inner]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         array = self.read()

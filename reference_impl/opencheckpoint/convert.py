@@ -15,7 +15,7 @@ import numpy as np
 
 from .adapters.frameworks import Framework, get_framework
 from .tree.decode import DecodedTree, materialize
-from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue
+from .tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue, ShardedArrayRef
 
 
 def resolve(framework: str | Framework) -> Framework:
@@ -31,7 +31,8 @@ def numpy_framework() -> Framework:
 def materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Framework, map_location: Any) -> Any:
     """The tree with the arrays of :func:`~opencheckpoint.arrays.read_arrays` handed to ``fw``.
 
-    Identical extents (one NumPy array in ``fresh``) become one framework object.
+    Identical extents (one NumPy array in ``fresh``) become one framework object. A sharded
+    array node (tag 10) takes its assembled array from ``fresh`` like an array node.
     """
     if getattr(fw, "name", None) == "numpy":
         arrays: dict[int, Any] = fresh
@@ -46,7 +47,7 @@ def materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Fra
 
     def leaf(node: Any) -> Any:
         kind = type(node)
-        if kind is ArrayRef:
+        if kind is ArrayRef or kind is ShardedArrayRef:
             return arrays[id(node)]
         if kind is PRNGKeyValue:
             # Key data is never shared with an array object: a copy (keys are a few bytes).
@@ -59,8 +60,11 @@ def materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Fra
 
 
 def materialize_views(decoded: DecodedTree, view: Callable[[ArrayRef], np.ndarray], fw: Framework,
-                      map_location: Any) -> Any:
-    """The tree with each array node's (verified) view handed to ``fw``; identical extents: one object."""
+                      map_location: Any, sharded: Callable[[ShardedArrayRef], np.ndarray] | None = None) -> Any:
+    """The tree with each array node's (verified) view handed to ``fw``; identical extents: one object.
+
+    A sharded array node (tag 10) is no view: ``sharded`` assembles it.
+    """
     arrays: dict[tuple[int, int, str, tuple[int, ...]], Any] = {}
 
     def leaf(node: Any) -> Any:
@@ -73,6 +77,8 @@ def materialize_views(decoded: DecodedTree, view: Callable[[ArrayRef], np.ndarra
             return fw.prng_key(node.impl, view(node.data), map_location=map_location)  # type: ignore[arg-type]  # data: an ArrayRef
         if isinstance(node, DtypeValue):
             return fw.dtype(node.name)
+        if isinstance(node, ShardedArrayRef) and sharded is not None:
+            return fw.array(sharded(node), map_location=map_location)
         return node
 
     return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root

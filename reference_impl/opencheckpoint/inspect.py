@@ -50,7 +50,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
         summary: dict[str, Any] = {
             "path": str(path),
             "form": reader.source.form,
-            "format_version": manifest.format_version,
+            "format_version": reader.parsed.written_version,
             "checkpoint_id": manifest.checkpoint_id,
             "created_at": manifest.created_at,
             "producer": manifest.producer.model_dump(exclude_none=True),
@@ -70,9 +70,14 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             if record.hints:
                 entry["hints"] = record.hints
             if name in layouts:
+                decoded = layouts[name][0]
                 entry["arrays"] = [
                     {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes}
-                    for ref in layouts[name][0].arrays
+                    for ref in decoded.arrays
+                ] + [
+                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes,
+                     "shards": len(ref.shards)}
+                    for ref in decoded.sharded
                 ]
             summary["components"][name] = entry
         return summary

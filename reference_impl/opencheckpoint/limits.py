@@ -45,5 +45,7 @@ ARCHIVE_MAX_MEMBERS: Final = MAX_FILES + 1
 #: R-LIM-18: bytes of a big int's two's complement magnitude (tag 3). 8,192 bits, at most 2,467 decimal
 #: digits: every reader can print one (Python refuses int-to-str conversions beyond 4,300 digits by default).
 TREE_MAX_BIG_INT_BYTES: Final = 1024
+#: R-LIM-20 (format version 2): shard records of one sharded array (tag 10), so coverage checks stay bounded.
+SHARDS_MAX_PER_ARRAY: Final = 65_536
 #: Every array starts at a multiple of this (and so does every archive member's data).
 ALIGNMENT: Final = 64

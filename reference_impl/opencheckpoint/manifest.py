@@ -55,14 +55,16 @@ from .paths import ascii_fold, conflict_errors, path_grammar_error, path_limit_e
 from .rules.v1 import KIND_FILES as KIND_FILES  # re-exported: the test kit reads it from here
 from .rules.v1 import V1
 from .rules.v1 import timestamp_error as timestamp_error
+from .rules.v2 import V2
 
 SUFFIX_LENGTH: Final = 32
 _SUFFIX: Final = re.compile(rb'"manifest_crc32c": "([0-9a-f]{8})"\n\}\n')
 _SUFFIX_SHAPE: Final = re.compile(rb'"manifest_crc32c": "([^"]{8})"\n\}\n')
 _WHITESPACE: Final = b" \t\r\n"
 
-#: Highest kind_version of each built-in kind this reader implements (R-CMP-19).
-KIND_VERSIONS: Final = {"tree": 1, "json": 1, "files": 1}
+#: Highest kind_version of each built-in kind this reader implements (R-CMP-19). A tree of kind_version 2
+#: (sharded arrays) is valid only in a checkpoint of format version 2 (R-SHD-2).
+KIND_VERSIONS: Final = {"tree": 2, "json": 1, "files": 1}
 #: Extension name -> highest version this reader implements. Format version 1 defines none.
 UNDERSTOOD_EXTENSIONS: Final[Mapping[str, int]] = {}
 RESERVED_EXTENSION_PREFIX: Final = "org.opencheckpoint."
@@ -169,13 +171,13 @@ def verify_manifest_checksum(data: bytes) -> None:
 
 # -- step 7 -----------------------------------------------------------------------------------
 class _Found:
-    """The errors of step 7, in order: each comes from the rule table's dispatcher (:data:`V1`)."""
+    """The errors of step 7, in order: each comes from its rule table's dispatcher (:data:`V1`, :data:`V2`)."""
 
     def __init__(self) -> None:
         self.errors: list[CheckpointError] = []
 
     def check(self, rule: str, where: str, *args: Any) -> None:
-        error = V1.check(rule, where, *args)
+        error = (V2 if rule in V2.rules else V1).check(rule, where, *args)
         if error is not None:
             self.errors.append(error)
 
@@ -291,6 +293,8 @@ def _component_errors(name: str, record: Any, found: _Found) -> int:
         _entry_errors(f"{where}.files{field_of(rel)[1:]}", entry, found)
     if kind in ("tree", "json") and record.get("kind_version") == 1:
         found.check("R-CMP-16" if kind == "tree" else "R-CMP-17", where + ".files", files)
+    elif kind == "tree" and record.get("kind_version") == 2:
+        found.check("R-SHD-3", where + ".files", files)
     return len(files)
 
 
@@ -424,6 +428,8 @@ def parse_manifest(
     migrated = chain.migrate_manifest(raw)
     _raise_first(structure_errors(migrated), issues)
     _raise_first(path_errors(migrated), issues)
+    _raise_first([e for e in [V2.check("R-SHD-12", "$.format_version", written_version, migrated["components"])]
+                  if e is not None], issues)
     manifest = typed_view(migrated)
     for name, extension in manifest.extensions.items():
         if extension.must_understand and not understands(name, extension.version, understood_extensions):

@@ -4,8 +4,9 @@ A step is data (versions, description, which payload kinds it touches) plus
 pure functions. The reader applies the steps in order; a version with no
 path to the current one is an :class:`~opencheckpoint.errors.UnsupportedVersion`.
 
-Format version 1 is the first version, so the shipped chain has no steps;
-tests exercise the mechanism with a test-only chain:
+The shipped chain has one step, 1 -> 2 (sharded arrays), the identity on
+every manifest and payload (:data:`SHARDING_STEP`); tests exercise the
+mechanism with test-only chains:
 
 >>> chain = MigrationChainRunner(current_version=2, steps=[MigrationStep(
 ...     from_version=1, to_version=2, description="rename 'meta' to 'metadata'",
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UnsupportedVersion
-from .models import FORMAT_VERSION, MigrationChain, MigrationStepDeclaration
+from .models import NEWEST_FORMAT_VERSION, MigrationChain, MigrationStepDeclaration
 
 ManifestStep = Callable[[dict[str, Any]], dict[str, Any]]
 #: (component record, payload) -> payload; payload is the decoded tree / JSON value.
@@ -111,6 +112,9 @@ class MigrationChainRunner:
         steps = self.steps_from(manifest.get("format_version"))
         if not steps:
             return manifest
+        if all(step.manifest_step is identity for step in steps):
+            # Nothing changes but the version: a shallow copy, not a deep one of a million file entries.
+            return {**manifest, "format_version": self.current_version}
         result = copy.deepcopy(manifest)
         for step in steps:
             result = step.manifest_step(result)
@@ -126,8 +130,20 @@ class MigrationChainRunner:
         return payload
 
 
-#: The chain this implementation ships. Version 1 is the first version: no steps yet.
-DEFAULT_CHAIN = MigrationChainRunner(current_version=FORMAT_VERSION, steps=[])
+def identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest step that changes nothing but the version (the runner sets ``format_version``)."""
+    return manifest
+
+
+#: 1 -> 2 adds sharded arrays; every format version 1 checkpoint means exactly what it meant.
+SHARDING_STEP = MigrationStep(
+    from_version=1, to_version=2,
+    description="adds sharded arrays (tree tag 10) and per-rank shard data files in tree components of "
+                "kind_version 2",
+    manifest_step=identity)
+
+#: The chain this implementation ships.
+DEFAULT_CHAIN = MigrationChainRunner(current_version=NEWEST_FORMAT_VERSION, steps=[SHARDING_STEP])
 
 
 def migrate_component(

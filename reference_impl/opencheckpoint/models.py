@@ -28,8 +28,11 @@ from .paths import NAME_PATTERN
 FORMAT_NAME: Final = "opencheckpoint"
 #: The root document's file name (spec §5).
 MANIFEST_NAME: Final = "manifest.json"
-#: The newest format version this implementation reads and the one it writes.
+#: The format version writers write when a checkpoint holds no sharded array (R-SHD-13): every
+#: single-process checkpoint stays readable by format version 1 readers.
 FORMAT_VERSION: Final = 1
+#: The newest format version this implementation reads (and writes for a checkpoint with a sharded array).
+NEWEST_FORMAT_VERSION: Final = 2
 SCHEMA_BASE_URI: Final = "https://opencheckpoint.org/schemas/v1/"
 
 PATH_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"

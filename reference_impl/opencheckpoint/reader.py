@@ -34,9 +34,10 @@ from .arrays import LazyArray, array_view, fill_targets, match_targets, read_arr
 from .convert import materialize_read, materialize_views, numpy_framework, resolve
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
+from .sharding.reading import LazyShardedArray, assemble
 from .steps import CheckpointSteps
-from .tree.decode import materialize
-from .tree.nodes import ArrayRef, PRNGKeyValue
+from .tree.decode import DecodedTree, materialize
+from .tree.nodes import ArrayRef, PRNGKeyValue, ShardedArrayRef
 
 
 class CheckpointReader(CheckpointSteps):
@@ -48,13 +49,17 @@ class CheckpointReader(CheckpointSteps):
     """
 
     def tree(self, name: str) -> Any:
-        """The component's tree with :class:`LazyArray` leaves (nothing read yet)."""
+        """The component's tree with :class:`LazyArray` leaves (sharded arrays: :class:`LazyShardedArray`),
+        nothing read yet. Both support ``handle[key]`` and ``read_region(start, size)``."""
         decoded, data_map, data_file = self.decoded_tree(name)
         cache: dict[ArrayRef, LazyArray] = {}
+        files = self.component_files(name) if decoded.sharded else None
 
         def leaf(node: Any) -> Any:
             if isinstance(node, ArrayRef):
                 return cache.setdefault(node, LazyArray(node, data_map, data_file))
+            if isinstance(node, ShardedArrayRef):
+                return LazyShardedArray(node, files)  # type: ignore[arg-type]  # set when decoded.sharded
             if isinstance(node, PRNGKeyValue):
                 return PRNGKeyValue(node.impl, leaf(node.data))
             return numpy_dtype(node.name).newbyteorder("=")
@@ -89,8 +94,10 @@ class CheckpointReader(CheckpointSteps):
             if decoded.arrays:
                 with self.open_region(data_file, size) as region:
                     fresh = read_arrays(region, decoded.arrays, data_file, verify=verify)
+            self._assemble_sharded(name, decoded, fresh, verify)
             return materialize_read(decoded, fresh, fw, map_location)
         decoded, data_map, data_file = self.decoded_tree(name)
+        files = self.component_files(name)
 
         def view(ref: ArrayRef) -> np.ndarray:
             array = array_view(data_map, ref)
@@ -98,7 +105,15 @@ class CheckpointReader(CheckpointSteps):
                 verify_view(array, ref, data_file)
             return array
 
-        return materialize_views(decoded, view, fw, map_location)
+        return materialize_views(decoded, view, fw, map_location,
+                                 lambda ref: assemble(ref, files, verify=verify))
+
+    def _assemble_sharded(self, name: str, decoded: DecodedTree, fresh: dict[int, np.ndarray], verify: bool) -> None:
+        """Add every sharded array of ``decoded`` to ``fresh``, assembled from its (verified) shards."""
+        if decoded.sharded:
+            files = self.component_files(name)
+            for ref in decoded.sharded:
+                fresh[id(ref)] = assemble(ref, files, verify=verify)
 
     def read_into(self, name: str, target: Any, *, verify: bool = True) -> Any:
         """Decode a tree component (NumPy), reading array bytes straight into ``target``'s arrays.
@@ -143,6 +158,7 @@ class CheckpointReader(CheckpointSteps):
             with self.open_region(data_file, size) as region:
                 fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets,
                                     deferred=deferred)
+        self._assemble_sharded(name, decoded, fresh, verify)  # fresh arrays, verified now, before any fill
 
         def fill() -> Any:
             if deferred:

@@ -29,6 +29,9 @@ from .location import local_path
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, UNDERSTOOD_EXTENSIONS, field_of
 from .models import ComponentRecord, FileEntry
 from .opening import Understood, open_verified
+from .rules.v2 import V2
+from .sharding.layout import check_sharded_layout
+from .sharding.reading import ComponentFiles
 from .strict_json import parse_ijson
 from .tree.decode import DecodedTree, decode_tree
 from .tree.layout import check_layout
@@ -92,7 +95,8 @@ class CheckpointSteps:
 
     # -- step 12 --------------------------------------------------------------
     def check_kind(self, name: str, kind: str | None = None) -> ComponentRecord:
-        """Step 12: R-CMP-21 (kind not implemented), R-CMP-19 (kind_version too new)."""
+        """Step 12: R-CMP-21 (kind not implemented), R-CMP-19 (kind_version too new), R-SHD-2 (a tree
+        kind_version 2 in a checkpoint of format version 1)."""
         record = self.record(name)
         where = field_of("components", name)
         if record.kind not in KIND_VERSIONS:
@@ -103,6 +107,10 @@ class CheckpointSteps:
                 f"{record.kind} kind_version {record.kind_version} is newer than the highest this reader "
                 f"supports ({KIND_VERSIONS[record.kind]})",
                 file=MANIFEST_NAME, field=where + ".kind_version", rule="R-CMP-19")
+        error = V2.check("R-SHD-2", where + ".kind_version", record.kind, record.kind_version,
+                         self.parsed.written_version)
+        if error is not None:
+            raise error
         if kind is not None and record.kind != kind:
             raise IncompatibleComponent(f"component {name!r} is a {record.kind!r} component, not {kind!r}",
                                         file=MANIFEST_NAME, field=where + ".kind")
@@ -129,7 +137,8 @@ class CheckpointSteps:
     def parse_tree(self, name: str, data: bytes) -> DecodedTree:
         """Step 14 for a ``tree`` component: its verified ``tree.msgpack`` bytes, decoded."""
         try:
-            return decode_tree(data)
+            return decode_tree(data, format_version=self.parsed.written_version,
+                               kind_version=self.record(name).kind_version)
         except CheckpointError as exc:
             raise exc.at(file=self._file(self.record(name), "tree.msgpack")) from None
 
@@ -143,7 +152,10 @@ class CheckpointSteps:
         record = self.record(name)
         size = record.files["data.bin"].size
         try:
-            check_layout(decoded.arrays, size)
+            if record.kind_version >= 2:
+                check_sharded_layout(decoded, {rel: entry.size for rel, entry in record.files.items()}, record.path)
+            else:
+                check_layout(decoded.arrays, size)
         except CheckpointError as exc:
             raise exc.at(file=self._file(record, "tree.msgpack")) from None
         return self._file(record, "data.bin"), size
@@ -161,6 +173,11 @@ class CheckpointSteps:
         decoded, data_file, size = self.decoded_layout(name)
         data_map = self.source.map_file(data_file, size)
         return decoded, data_map, data_file
+
+    def component_files(self, name: str) -> ComponentFiles:
+        """The data files of a tree component, each mapped when a sharded array first needs it."""
+        record = self.record(name)
+        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()})
 
     def open_region(self, data_file: str, size: int) -> FileRegion:
         """Positioned reads of a data file (:meth:`Source.open_region`)."""

@@ -38,9 +38,11 @@ from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE
+from .sharding.layout import data_file_sizes, extents_by_file
 from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
 from .tree.decode import DecodedTree
 from .tree.layout import check_padding
+from .tree.nodes import ArrayRef
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,15 @@ def _check_components(reader: CheckpointSteps, report: ValidationReport, progres
     """
     layouts, crc_checked = check_structure(reader, report, skipped)
     # Step 16: the arrays of each tree component, then every file.
-    for decoded, data_file, size in layouts.values():
-        _check_arrays(reader, decoded, data_file, size, report)
+    for name, (decoded, data_file, size) in layouts.items():
+        if decoded.sharded or reader.record(name).kind_version >= 2:
+            files = reader.component_files(name)
+            sizes = data_file_sizes({rel: entry.size for rel, entry in reader.record(name).files.items()})
+            extents = extents_by_file(decoded)
+            for rel, file_size in sizes.items():
+                _check_arrays(reader, extents.get(rel, []), files.path(rel), file_size, report)
+        else:
+            _check_arrays(reader, decoded.arrays, data_file, size, report)
     _check_files(reader, report, progress, crc_checked | set(skipped), skipped)
 
 
@@ -227,16 +236,16 @@ def check_structure(
     return layouts, crc_checked
 
 
-def _check_arrays(reader: CheckpointSteps, decoded: DecodedTree, data_file: str, size: int,
+def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: str, size: int,
                   report: ValidationReport) -> None:
-    """Step 16 for one tree component: for every array R-ARR-14 then R-ARR-13, then R-ARR-12."""
+    """Step 16 for one data file: for every array (or shard) in it R-ARR-14 then R-ARR-13, then R-ARR-12."""
     try:
         data_map = reader.source.map_file(data_file, size)
     except CheckpointError as exc:
         report.add(exc)
         return
     seen: set[tuple[int, int]] = set()
-    for ref in decoded.arrays:
+    for ref in arrays:
         if (ref.offset, ref.nbytes) in seen and ref.dtype != "bool":
             continue  # an alias: same bytes, same checksum (R-ARR-10)
         seen.add((ref.offset, ref.nbytes))
@@ -246,7 +255,7 @@ def _check_arrays(reader: CheckpointSteps, decoded: DecodedTree, data_file: str,
             report.add(exc)
         report.checked_arrays += 1
     try:
-        check_padding(decoded.arrays, data_map)
+        check_padding(arrays, data_map)
     except CheckpointError as exc:
         report.add(exc.at(file=data_file))
 

@@ -86,7 +86,10 @@ def test_inspect_human_output_names_components(checkpoint: Path) -> None:
 def test_migrations_prints_the_declared_chain() -> None:
     done = run("migrations")
     assert done.returncode == 0
-    assert json.loads(done.stdout) == {"current_version": 1, "steps": []}
+    assert json.loads(done.stdout) == {"current_version": 2, "steps": [{
+        "from_version": 1, "to_version": 2, "payload_kinds": [],
+        "description": "adds sharded arrays (tree tag 10) and per-rank shard data files in tree components of "
+                       "kind_version 2"}]}
 
 
 def test_save_error_names_the_component_and_the_field(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ CASES: list[tuple[str, Callable[[Path], None], type, str]] = [
     ("format-version-missing", body(_drop("format_version")), ManifestError, "R-MAN-10"),
     ("format-version-zero", body(lambda b: b.update(format_version=0)), ManifestError, "R-MAN-10"),
     ("format-version-string", body(lambda b: b.update(format_version="1")), ManifestError, "R-MAN-10"),
-    ("format-version-newer", body(lambda b: b.update(format_version=2)), UnsupportedVersion, "R-VER-3"),
+    ("format-version-newer", body(lambda b: b.update(format_version=3)), UnsupportedVersion, "R-VER-3"),
     # step 6: checksum
     ("crc-wrong", bytes_edit(lambda d: d[:-12] + (b"0" if d[-12:-11] != b"0" else b"1") + d[-11:]),
      IntegrityError, "R-CHK-3"),
@@ -197,7 +197,7 @@ def test_newer_version_names_both_versions(tmp_path: Path) -> None:
     path = make_checkpoint(tmp_path)
     edit_body(path, lambda b: b.update(format_version=7))
     error = expect_rejected(path, UnsupportedVersion, "R-VER-3")
-    assert error is not None and "7" in error.message and "(1)" in error.message
+    assert error is not None and "7" in error.message and "(2)" in error.message
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -65,12 +65,33 @@ def save(rank: int, world: int, path: str) -> None:
     net, optimizer = sharded_model(world)
     train_step(net, optimizer)
     Checkpoint(model=net, optim=optimizer, extra=extras(world)).save(path, timeout=60)
-    full = {f"model.{k}": v.full_tensor().detach().numpy() for k, v in net.state_dict().items()}
+    write_expected(rank, net, optimizer, path)
+    print(f"rank {rank}: saved", flush=True)
+
+
+def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str) -> None:
+    """The full values of the model and the Adam moments, for the test to compare with (rank 0 writes them)."""
+    def whole(tensor: torch.Tensor) -> np.ndarray:
+        return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach().numpy()
+
+    full = {f"model.{k}": whole(v) for k, v in net.state_dict().items()}
     for index, state in optimizer.state_dict()["state"].items():
-        full[f"optim.{index}.exp_avg"] = state["exp_avg"].full_tensor().numpy()
+        full[f"optim.{index}.exp_avg"] = whole(state["exp_avg"])
     if rank == 0:
         np.savez(path + ".expected.npz", **full)
-    print(f"rank {rank}: saved", flush=True)
+
+
+def load(rank: int, world: int, path: str) -> None:
+    """Restore the checkpoint at ``path`` (written by any number of ranks) into FSDP2 on ``world`` ranks."""
+    net, optimizer = sharded_model(world)
+    Checkpoint(model=net, optim=optimizer).load(path)
+    expected = np.load(path + ".expected.npz")
+    for key, value in net.state_dict().items():
+        np.testing.assert_array_equal(value.full_tensor().detach().numpy(), expected[f"model.{key}"], err_msg=key)
+    for index, state in optimizer.state_dict()["state"].items():
+        np.testing.assert_array_equal(state["exp_avg"].full_tensor().numpy(), expected[f"optim.{index}.exp_avg"])
+    train_step(net, optimizer)  # the restored state trains on: optimizer state has the parameters' placements
+    print(f"rank {rank}: loaded", flush=True)
 
 
 def die(rank: int, world: int, path: str) -> None:
@@ -96,7 +117,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "die": die}[scenario](rank, world, path)
+    {"save": save, "load": load, "die": die}[scenario](rank, world, path)
     if scenario != "die":
         dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -66,12 +67,19 @@ def test_chain_must_be_contiguous() -> None:
         MigrationStep(1, 3, "skips a version", _rename_meta)
 
 
+SHIPPED = json.dumps({"current_version": 2, "steps": [{
+    "from_version": 1, "to_version": 2, "payload_kinds": [],
+    "description": "adds sharded arrays (tree tag 10) and per-rank shard data files in tree components of "
+                   "kind_version 2"}]})
+
+
 def test_declaration_document() -> None:
     declared = CHAIN.declaration().model_dump()
     assert declared["current_version"] == 3
     assert [(s["from_version"], s["to_version"], s["payload_kinds"]) for s in declared["steps"]] == [
         (1, 2, ["tree"]), (2, 3, [])]
-    assert DEFAULT_CHAIN.declaration().model_dump() == {"current_version": 1, "steps": []}
+    # format version 2 (sharded arrays) is the identity on every v1 manifest and payload
+    assert DEFAULT_CHAIN.declaration().model_dump() == json.loads(SHIPPED)
 
 
 def test_reader_migrates_an_older_manifest_through_the_chain() -> None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import opencheckpoint
 from opencheckpoint.rules.v1 import V1
+from opencheckpoint.rules.v2 import V2
+from opencheckpoint.sharding.rules import SHD
 
 PACKAGE = Path(opencheckpoint.__file__).parent
 SPEC = Path(__file__).resolve().parents[2] / "spec"
@@ -141,8 +143,9 @@ def test_every_rule_id_is_checked_or_exempt_with_a_reason() -> None:
 
 def test_each_rule_of_a_rule_table_is_checked_by_its_table_function_only() -> None:
     sites = check_sites()
-    for rule_id, rule in V1.rules.items():
-        assert sites[rule_id] == {f"rules/v1.py:{rule.check.__name__}"}, rule_id
+    for module, table in (("rules/v1.py", V1), ("rules/v2.py", V2), ("sharding/rules.py", SHD)):
+        for rule_id, rule in table.rules.items():
+            assert sites[rule_id] == {f"{module}:{rule.check.__name__}"}, rule_id
 
 
 def test_every_other_rule_has_one_check_site_unless_listed_as_spread() -> None:

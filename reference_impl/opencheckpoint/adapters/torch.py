@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,11 @@ class TorchStateDictAdapter(Adapter):
             reader = dataclasses.replace(reader, plan=RestorePlan(cast=reader.plan.cast))
         state = read_state(reader, "torch")
         checked = False
+        if isinstance(value, torch.optim.Optimizer) and _holds_dtensors(
+                {str(i): p for i, p in enumerate(p for g in value.param_groups for p in g["params"])}):
+            from .torch_dtensor import shard_optimizer_state
+
+            state = shard_optimizer_state(value, state)  # full stored tensors -> this rank's DTensor blocks
         if isinstance(value, torch.optim.Optimizer):
             _check_optimizer_state(value, state)
             checked = True  # what Optimizer.load_state_dict rejects was checked just above
@@ -218,11 +223,17 @@ class ModuleAdapter(Adapter):
         writer.write_tree(dict(state))
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
+        own = value.state_dict()
+        if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
+            from .torch_dtensor import read_module_state
+
+            lazy = reader.reader.tree(reader.name)
+            stored = read_module_state(lazy, own, verify=reader.verify) if isinstance(lazy, dict) else lazy
+        else:
+            stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
         stored = reader.plan.apply_flat(stored, reader.name)  # rename= / subtree= (a copy; as stored without them)
-        own = value.state_dict()
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own]
         mismatched = []
@@ -383,6 +394,11 @@ def _one_intra_op_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def _holds_dtensors(state: Mapping[str, Any]) -> bool:
+    """Whether a live state holds DTensors (checked by type name: torch.distributed is imported only then)."""
+    return any(type(value).__name__ == "DTensor" for value in state.values())
 
 
 def _describe(tensor: torch.Tensor) -> str:

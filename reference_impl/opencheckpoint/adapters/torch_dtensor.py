@@ -9,24 +9,32 @@ the lowest rank holding it, the rank at coordinate 0 of every such dimension;
 the others contribute no shard. ``Partial()`` placements (pending reductions)
 are refused: their local tensors are not values of the array.
 
-Loading: :func:`local_region` is the block of the global array a DTensor target
-holds on this rank, and :func:`from_region` wraps that block back into a DTensor
-with the target's mesh and placements.
+Loading (resharding: the checkpoint may have been written by any number of
+ranks, or by one process): :func:`read_module_state` reads a module's state dict
+for a live module holding DTensors. Each DTensor entry reads only its local
+region (:func:`local_region`) through the array handle's ``read_region``, each
+shard it touches verified against its CRC-32C, and wraps the block into a
+DTensor with the live tensor's mesh and placements (:func:`from_region`); plain
+tensors read the whole array. :func:`shard_optimizer_state` gives an
+optimizer's full state tensors the placements of their (DTensor) parameters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from ..errors import UnsupportedValue
-from ..tree.sharded import LocalShard, ShardedValue
-from .torch_tensors import dtype_name_of, tensor_to_numpy
+from ..tree.shard_plan import LocalShard, ShardedValue
+from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
-__all__ = ["from_region", "local_region", "to_sharded"]
+__all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state", "shard_optimizer_state",
+           "to_sharded"]
 
 
 def local_region(tensor: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -69,3 +77,67 @@ def from_region(block: torch.Tensor, like: DTensor) -> Any:
     """A DTensor with ``like``'s mesh, placements, shape and stride whose local tensor is ``block``."""
     return DTensor.from_local(block.to(like.to_local().device), like.device_mesh, like.placements,
                               run_check=False, shape=like.shape, stride=like.stride())
+
+
+def holds_dtensors(state: Mapping[str, Any]) -> bool:
+    """Whether a live state dict has a DTensor entry (a module sharded by FSDP2 or tensor parallelism)."""
+    return any(isinstance(value, DTensor) for value in state.values())
+
+
+def read_region(handle: Any, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool) -> np.ndarray:
+    """The block ``start .. start + size`` of a stored array handle, verified unless ``verify`` is False."""
+    reader = getattr(handle, "read_region", None)
+    if reader is not None:
+        block: np.ndarray = reader(start, size, verify=verify)
+        return block
+    # A tag-6 handle without region reads verifies its whole extent once, then is sliced (no copy).
+    whole: np.ndarray = handle.read(verify=verify)
+    return whole[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))]
+
+
+def _is_handle(value: Any) -> bool:
+    return hasattr(value, "read") and hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def read_module_state(lazy: Mapping[str, Any], live: Mapping[str, Any], *, verify: bool) -> dict[str, Any]:
+    """A stored module state dict for ``live``: DTensor targets get DTensors of their local region only.
+
+    ``lazy`` is the component's tree of array handles. An entry whose live tensor
+    is a DTensor of the same global shape reads the block this rank holds; every
+    other array is read whole (a read-only view, copied into the module later).
+    """
+    out: dict[str, Any] = {}
+    for key, handle in lazy.items():
+        target = live.get(key)
+        if not _is_handle(handle):
+            out[key] = handle
+        elif isinstance(target, DTensor) and tuple(handle.shape) == tuple(target.shape):
+            region = local_region(target)
+            if region is None:
+                out[key] = target  # this rank holds none of it: the live value is written back as is
+                continue
+            block = numpy_to_tensor(np.ascontiguousarray(read_region(handle, *region, verify=verify)))
+            out[key] = from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
+        else:
+            out[key] = _VIEWS.array(handle.read(verify=verify))
+    return out
+
+
+def shard_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> Any:
+    """``state`` (an optimizer state dict of full tensors) with each per-parameter tensor shaped like its
+    parameter turned into a DTensor of the parameter's placements (this rank's block of it)."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        return state
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    stored_ids = [pid for group in state.get("param_groups", []) for pid in group.get("params", [])]
+    for pid, param in zip(stored_ids, params, strict=False):
+        entry = state["state"].get(pid)
+        if not isinstance(param, DTensor) or not isinstance(entry, dict):
+            continue
+        region = local_region(param)
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.shape == param.shape \
+                    and region is not None:
+                block = value[tuple(slice(s, s + n) for s, n in zip(*region, strict=True))]
+                entry[key] = from_region(block.contiguous(), param)
+    return state

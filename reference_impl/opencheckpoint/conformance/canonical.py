@@ -240,7 +240,8 @@ def _rendering(path: str | os.PathLike[str], content: Callable[[Any, str, dict[s
             "rendering": RENDERING_VERSION,
             # the source, not the path: an .oc-old fallback (R-PUB-13) is read in place of a missing path
             "form": reader.source.form,
-            "format_version": manifest["format_version"],
+            # as written: the rendering shows the file, not the migrated view (R-VER-5) of a v2 reader
+            "format_version": reader.parsed.written_version,
             "checkpoint_id": manifest["checkpoint_id"],
             "created_at": manifest["created_at"],
             "producer": manifest["producer"],

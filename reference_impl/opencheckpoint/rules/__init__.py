@@ -41,9 +41,10 @@ class Rule:
 class RuleTable:
     """The checks of one format version, by requirement ID (each ID registered once)."""
 
-    def __init__(self, *, version: int, file: str) -> None:
+    def __init__(self, *, version: int, file: str | None) -> None:
         self.version = version
-        #: The document the table's rules are about (errors name it).
+        #: The document the table's rules are about (errors name it); None: the caller adds it with
+        #: :meth:`CheckpointError.at <opencheckpoint.errors.CheckpointError.at>` (one table, many components).
         self.file = file
         self.rules: dict[str, Rule] = {}
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedValue
 from ..tree.encode import write_plan, write_small_file
-from ..tree.sharded import merge_records
+from ..tree.shard_plan import merge_records
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter

@@ -30,15 +30,18 @@ from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
 from .fast import fast_decode as fast_decode
-from .nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue
+from .nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, ShardedArrayRef
 from .treepath import PATH_KEY_CHARS as PATH_KEY_CHARS
 
 
-def decode_tree(data: bytes, *, understood_tags: Collection[int] = ()) -> DecodedTree:
+def decode_tree(data: bytes, *, understood_tags: Collection[int] = (), format_version: int = 1,
+                kind_version: int = 1) -> DecodedTree:
     """Parse a tree document (step 14); arrays become :class:`ArrayRef` placeholders.
 
     ``understood_tags`` are extension tags (64..127) of understood extensions;
     this reader implements none, so any extension tag is rejected (R-TREE-19).
+    ``format_version`` (the checkpoint's, as written) and ``kind_version`` (the
+    component's) decide whether tag 10 is a sharded array (format version 2).
 
     A document is first tried on the fast path (:func:`fast_decode`); when
     that path has any doubt, :func:`exact_decode` decides, so results and
@@ -52,7 +55,9 @@ def decode_tree(data: bytes, *, understood_tags: Collection[int] = ()) -> Decode
             # The instance is shared: its traceback would keep this call's frames, and through
             # them the caller's decoded trees, alive until the next doubt.
             doubt.__traceback__ = None
-    return exact_decode(data, understood_tags=understood_tags)
+    # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
+    return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
+                        kind_version=kind_version)
 
 
 def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -86,7 +91,7 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """Replace every placeholder (ArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``."""
+    """Replace every placeholder (ArrayRef, ShardedArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``."""
     kind = type(value)
     if kind is dict:
         return {k: materialize(v, leaf) for k, v in value.items()}
@@ -96,6 +101,6 @@ def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
         return tuple(materialize(v, leaf) for v in value)
     if isinstance(value, NamedTupleValue):
         return NamedTupleValue(value.type_name, {k: materialize(v, leaf) for k, v in value._asdict().items()})
-    if kind in (ArrayRef, PRNGKeyValue, DtypeValue):
+    if kind in (ArrayRef, ShardedArrayRef, PRNGKeyValue, DtypeValue):
         return leaf(value)
     return value

@@ -31,7 +31,7 @@ from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .datafile import DataFilePlan, Writable
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
-from .sharded import ShardedValue, ShardPlan, check_cover
+from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .sink import current_sink
 
 if TYPE_CHECKING:

@@ -14,26 +14,38 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 
-from ..dtypes import DTYPES, numpy_dtype
-from ..errors import LimitExceeded, TreeError, UnknownDtype
+from ..dtypes import numpy_dtype
+from ..errors import LimitExceeded, TreeError
 from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from .encode import big_int_bytes
-from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .nodes import (
+    INT_MAX,
+    INT_MIN,
+    PRNG_IMPL_KEY_SHAPES,
+    ArrayRef,
+    DtypeValue,
+    NamedTupleValue,
+    PRNGKeyValue,
+    ShardedArrayRef,
+    Tag,
+)
+from .sharded import parse_sharded
 from .treepath import ROOT, TreePath
+from .wire import ARRAY_BYTES as _ARRAY_BYTES
+from .wire import BIN_BYTES as _BIN_BYTES
+from .wire import EXT_BYTES as _EXT_BYTES
+from .wire import FLOAT_BYTES as _FLOAT_BYTES
+from .wire import INT_BYTES as _INT_BYTES
+from .wire import MAP_BYTES as _MAP_BYTES
+from .wire import STR_BYTES as _STR_BYTES
+from .wire import itemsize as _itemsize
 
 _PRNG_IMPL = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+", re.ASCII)
-_EXT_BYTES = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
-_ARRAY_BYTES = frozenset({0xDC, 0xDD, *range(0x90, 0xA0)})
-_MAP_BYTES = frozenset({0xDE, 0xDF, *range(0x80, 0x90)})
-_STR_BYTES = frozenset({0xD9, 0xDA, 0xDB, *range(0xA0, 0xC0)})
-_INT_BYTES = frozenset({*range(0x00, 0x80), *range(0xE0, 0x100), *range(0xCC, 0xD4)})
-_FLOAT_BYTES = frozenset({0xCA, 0xCB})
-_BIN_BYTES = frozenset({0xC4, 0xC5, 0xC6})
 #: Fields (after the marker) of each fixed-size tag (R-TREE-16).
 _FIELDS: dict[int, int] = {Tag.NAMED_TUPLE: 2, Tag.BIG_INT: 1, Tag.COMPLEX: 2, Tag.SCALAR: 2, Tag.ARRAY: 5,
                            Tag.PRNG_KEY: 2, Tag.DTYPE: 1}
@@ -48,13 +60,16 @@ class DecodedTree:
     root: Any
     arrays: list[ArrayRef]
     has_placeholders: bool
+    #: Sharded array nodes (tag 10, format version 2) in document order.
+    sharded: list[ShardedArrayRef] = field(default_factory=list)
 
 
 
 class _Parser:
     """Recursive descent over one msgpack document; depth is bounded by R-LIM-10 before recursing."""
 
-    def __init__(self, data: bytes, understood_tags: Collection[int]) -> None:
+    def __init__(self, data: bytes, understood_tags: Collection[int], format_version: int = 1,
+                 kind_version: int = 1) -> None:
         self.data = data
         self.end = len(data)
         self.pos = 0
@@ -65,6 +80,10 @@ class _Parser:
         self.arrays: list[ArrayRef] = []
         self.placeholders = False
         self.understood_tags = understood_tags
+        #: Tag 10 is a sharded array from format version 2 on (and R-TREE-18's reserved tag before).
+        self.format_version = format_version
+        self.kind_version = kind_version
+        self.sharded: list[ShardedArrayRef] = []
 
     # -- primitives ------------------------------------------------------------------
     def fail(self, message: str, path: TreePath, rule: str) -> NoReturn:
@@ -267,6 +286,11 @@ class _Parser:
     def tagged(self, tag: int, fields: int, depth: int, path: TreePath) -> Any:
         if tag == Tag.TUPLE:
             return tuple(self.value(depth, path.child(i)) for i in range(1, fields + 1))
+        if tag == Tag.SHARDED_ARRAY and self.format_version >= 2:
+            ref = parse_sharded(self, fields, depth, path)
+            self.sharded.append(ref)
+            self.placeholders = True
+            return ref
         if 9 <= tag <= 63:
             self.fail(f"tag {tag} is reserved for future versions of the format", path, "R-TREE-18")
         if tag >= 64 and tag not in self.understood_tags:
@@ -375,19 +399,16 @@ class _Parser:
         return root
 
 
-def _itemsize(name: str, path: TreePath) -> int:
-    entry = DTYPES.get(name)
-    if entry is None:
-        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=str(path), rule="R-DT-1")
-    return entry[0]
+def exact_decode(data: bytes, *, understood_tags: Collection[int] = (), format_version: int = 1,
+                 kind_version: int = 1) -> DecodedTree:
+    """The authoritative parser: every rule checked byte by byte, errors with their byte position.
 
-
-
-def exact_decode(data: bytes, *, understood_tags: Collection[int] = ()) -> DecodedTree:
-    """The authoritative parser: every rule checked byte by byte, errors with their byte position."""
-    parser = _Parser(bytes(data), understood_tags)
+    ``format_version`` and ``kind_version`` (of the checkpoint and the component) decide what
+    tag 10 is: reserved (R-TREE-18) in format version 1, a sharded array from version 2 on.
+    """
+    parser = _Parser(bytes(data), understood_tags, format_version, kind_version)
     try:
         root = parser.document()
     except RecursionError:  # cannot happen below the depth limit; kept so no other exception escapes
         raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH}", field="$", rule="R-LIM-10") from None
-    return DecodedTree(root, parser.arrays, parser.placeholders)
+    return DecodedTree(root, parser.arrays, parser.placeholders, parser.sharded)

@@ -28,7 +28,8 @@ from .nodes import ArrayRef
 _LIMIT = 2**63
 
 
-def _limit_error(ref: ArrayRef) -> CheckpointError | None:
+def limit_error(ref: ArrayRef) -> CheckpointError | None:
+    """R-LIM-13 .. R-LIM-16 for one array node (also a sharded array's global shape), or None."""
     if len(ref.shape) > ARRAY_MAX_NDIM:
         return LimitExceeded(f"array has {len(ref.shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=ref.path,
                              rule="R-LIM-13")
@@ -51,7 +52,7 @@ def _limit_error(ref: ArrayRef) -> CheckpointError | None:
 
 def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[CheckpointError]:
     """Every violation of the first failing phase of step 15 (empty when the layout is valid)."""
-    errors = [e for e in map(_limit_error, arrays) if e is not None]
+    errors = [e for e in map(limit_error, arrays) if e is not None]
     if errors:
         return errors
     for ref in arrays:
@@ -124,7 +125,7 @@ def layout_is_valid(arrays: Sequence[ArrayRef], file_size: int) -> bool:
         if expected != nbytes or nbytes >= _LIMIT or ref.offset % ALIGNMENT:
             return False
         if not nbytes:
-            if ref.offset or ref.crc32c or _limit_error(ref) is not None:
+            if ref.offset or ref.crc32c or limit_error(ref) is not None:
                 return False
             continue
         key = (ref.offset, nbytes)

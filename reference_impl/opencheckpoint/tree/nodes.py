@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import DTYPES
 from .treepath import TreePath
 
 
@@ -30,6 +31,8 @@ class Tag(IntEnum):
     ARRAY = 6
     PRNG_KEY = 7
     DTYPE = 8
+    #: Format version 2 (spec opencheckpoint-v2.md): a sharded array.
+    SHARDED_ARRAY = 10
 
 
 #: Number of elements (marker included) of each fixed-size tagged node.
@@ -138,3 +141,52 @@ class ArrayRef:
     def path(self) -> str:
         """The node's tree path, clipped for display (see :mod:`opencheckpoint.tree.treepath`)."""
         return str(self.where)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRef:
+    """One shard record of a sharded array (tag 10): an index region and where its bytes are.
+
+    ``start`` and ``size`` give the region (``start[d] .. start[d] + size[d]`` in
+    dimension ``d``); ``offset``, ``nbytes`` and ``crc32c`` describe its bytes in
+    ``file`` (an inventory key of the component) exactly as for an array node.
+    """
+
+    file: str
+    start: tuple[int, ...]
+    size: tuple[int, ...]
+    offset: int
+    nbytes: int
+    crc32c: int
+    #: Where the record sits (``$.w[3][0]``).
+    where: TreePath | str
+
+    @property
+    def path(self) -> str:
+        return str(self.where)
+
+    def extent(self, dtype: str) -> ArrayRef:
+        """The shard's bytes as an array node of shape ``size``: the data file rules (§9) apply to it."""
+        return ArrayRef(dtype, self.size, self.offset, self.nbytes, self.crc32c, self.where)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardedArrayRef:
+    """A validated sharded array node (tag 10): global dtype and shape, and its shard records."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    shards: tuple[ShardRef, ...]
+    where: TreePath | str
+
+    @property
+    def path(self) -> str:
+        return str(self.where)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the assembled array."""
+        total = DTYPES[self.dtype][0]
+        for dim in self.shape:
+            total *= dim
+        return total

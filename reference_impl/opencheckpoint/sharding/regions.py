@@ -1,0 +1,109 @@
+"""Index regions of an n-dimensional array: intersection, NumPy-style keys, and tilings.
+
+A :data:`Region` is ``(start, size)``: the elements ``start[d] .. start[d] + size[d]``
+of every dimension ``d``. Shard records of a sharded array (tag 10) are regions
+of its global shape; a region read asks for one.
+
+>>> intersect(((0, 0), (4, 4)), ((2, 3), (4, 4)))
+((2, 3), (2, 1))
+>>> slices_to_region((8, 6), (slice(0, 4), 2))
+((0, 2), (4, 1))
+>>> check_tiling((4,), [((0,), (2,)), ((3,), (1,))])
+Traceback (most recent call last):
+...
+opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $: the shard regions leave 1 of 4 elements uncovered (a gap) [R-SHD-11]
+"""  # noqa: E501  (doctest: an error message is shown whole, as users see it)
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: ``(start, size)`` per dimension.
+Region = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def intersect(a: Region, b: Region) -> Region | None:
+    """The common part of two regions of one array, or None when they share no element."""
+    start = tuple(max(x, y) for x, y in zip(a[0], b[0], strict=True))
+    stop = tuple(min(x + n, y + m) for x, n, y, m in zip(a[0], a[1], b[0], b[1], strict=True))
+    if any(lo >= hi for lo, hi in zip(start, stop, strict=True)):
+        return None
+    return start, tuple(hi - lo for lo, hi in zip(start, stop, strict=True))
+
+
+def region_slices(region: Region, origin: Sequence[int]) -> tuple[slice, ...]:
+    """The slices that select ``region`` in an array whose element 0 sits at ``origin``."""
+    return tuple(slice(s - o, s - o + n) for s, n, o in zip(region[0], region[1], origin, strict=True))
+
+
+def index_plan(shape: Sequence[int], key: Any) -> tuple[Region, tuple[int | slice, ...]]:
+    """NumPy basic indexing ``array[key]`` as a bounding region plus the index to apply inside it.
+
+    ``key`` holds ints, slices (any step) and at most one Ellipsis; missing trailing
+    dimensions are whole. Other keys (arrays, None, bools) raise :class:`TypeError`,
+    out-of-range ints :class:`IndexError`, as NumPy does.
+    """
+    items = key if isinstance(key, tuple) else (key,)
+    if sum(item is Ellipsis for item in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    named = sum(item is not Ellipsis for item in items)
+    if named > len(shape):
+        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but {named} were indexed")
+    expanded: list[Any] = []
+    for item in items:
+        if item is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - named))
+        else:
+            expanded.append(item)
+    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+    plans = [_dimension_plan(dim, item) for dim, item in zip(shape, expanded, strict=True)]
+    return (tuple(p[0] for p in plans), tuple(p[1] for p in plans)), tuple(p[2] for p in plans)
+
+
+def _dimension_plan(dim: int, item: Any) -> tuple[int, int, int | slice]:
+    """(start, size, index inside the region) of one dimension's key."""
+    if isinstance(item, slice):
+        steps = range(*item.indices(dim))
+        if not steps:
+            return 0, 0, slice(0, 0)
+        low, high = min(steps[0], steps[-1]), max(steps[0], steps[-1])
+        stop = steps.stop - low
+        return low, high - low + 1, slice(steps.start - low, stop if stop >= 0 else None, steps.step)
+    if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+        index = operator.index(item)
+        if not -dim <= index < dim:
+            raise IndexError(f"index {index} is out of bounds for axis with size {dim}")
+        return index % dim, 1, 0
+    raise TypeError(f"only integers, slices and Ellipsis are valid indices here, not {type(item).__name__}")
+
+
+def slices_to_region(shape: Sequence[int], key: Any) -> Region:
+    """The smallest region holding every element ``array[key]`` selects (see :func:`index_plan`)."""
+    return index_plan(shape, key)[0]
+
+
+def check_region(shape: Sequence[int], start: Sequence[int], size: Sequence[int]) -> None:
+    """Raise :class:`ValueError` unless ``(start, size)`` is a region of an array of ``shape``."""
+    if len(start) != len(shape) or len(size) != len(shape):
+        raise ValueError(f"start {list(start)} and size {list(size)} need {len(shape)} elements each")
+    for d, (s, n, dim) in enumerate(zip(start, size, shape, strict=True)):
+        if s < 0 or n < 0 or s + n > dim:
+            raise ValueError(f"region [{s}, {s + n}) of dimension {d} is outside the shape {list(shape)}")
+
+
+def check_tiling(shape: Sequence[int], regions: Sequence[Region]) -> None:
+    """Raise the R-SHD error of the first way ``regions`` fail to tile ``shape`` (writers check before saving).
+
+    Identical regions are replicas (allowed); any other overlap, a region outside
+    the shape, an empty region or a gap is an
+    :class:`~opencheckpoint.errors.ArrayLayoutError` naming the rule.
+    """
+    from .rules import tiling_error
+
+    error = tiling_error(tuple(shape), [tuple(map(tuple, region)) for region in regions])  # type: ignore[misc]
+    if error is not None:
+        raise error

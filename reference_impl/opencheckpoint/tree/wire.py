@@ -1,0 +1,27 @@
+"""The msgpack header bytes each kind of tree object starts with, and the dtype lookup of array-like nodes.
+
+Shared by the exact parser (:mod:`.exact`) and its reading of sharded array
+nodes (:mod:`.sharded`).
+"""
+
+from __future__ import annotations
+
+from ..dtypes import DTYPES
+from ..errors import UnknownDtype
+from .treepath import TreePath
+
+EXT_BYTES = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
+ARRAY_BYTES = frozenset({0xDC, 0xDD, *range(0x90, 0xA0)})
+MAP_BYTES = frozenset({0xDE, 0xDF, *range(0x80, 0x90)})
+STR_BYTES = frozenset({0xD9, 0xDA, 0xDB, *range(0xA0, 0xC0)})
+INT_BYTES = frozenset({*range(0x00, 0x80), *range(0xE0, 0x100), *range(0xCC, 0xD4)})
+FLOAT_BYTES = frozenset({0xCA, 0xCB})
+BIN_BYTES = frozenset({0xC4, 0xC5, 0xC6})
+
+
+def itemsize(name: str, path: TreePath) -> int:
+    """The byte size of dtype ``name``; an unknown name is :class:`UnknownDtype` (R-DT-1)."""
+    entry = DTYPES.get(name)
+    if entry is None:
+        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=str(path), rule="R-DT-1")
+    return entry[0]
