@@ -158,8 +158,8 @@ def test_nnx_model_and_optax_state_restore_onto_another_mesh(tmp_path: Path) -> 
     nnx.update(fresh, shard(nnx.state(fresh), other, P("y", "x")))
     fresh_optimizer = nnx.Optimizer(fresh, optax.adam(1e-2), wrt=nnx.Param)
     Checkpoint(model=fresh, optim=fresh_optimizer).load(path)
-    assert fresh.kernel.value.sharding == NamedSharding(other, P("y", "x"))
-    np.testing.assert_array_equal(np.asarray(fresh.kernel.value), np.asarray(model.kernel.value))
+    assert fresh.kernel.get_value().sharding == NamedSharding(other, P("y", "x"))
+    np.testing.assert_array_equal(np.asarray(fresh.kernel.get_value()), np.asarray(model.kernel.get_value()))
     saved_mu, restored_mu = (jax.tree_util.tree_leaves(nnx.state(o)) for o in (optimizer, fresh_optimizer))
     for a, b in zip(saved_mu, restored_mu, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -181,6 +181,6 @@ def test_restore_nnx_abstract_state_with_shardings(tmp_path: Path) -> None:
     state = jax.tree_util.tree_map(
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding if len(s.shape) == 2 else None), state)
     restored = restore_nnx(path, "model", (graphdef, state))
-    assert restored.kernel.value.sharding == sharding
-    np.testing.assert_array_equal(np.asarray(restored.kernel.value), np.asarray(model.kernel.value))
-    np.testing.assert_array_equal(np.asarray(restored.bias.value), np.asarray(model.bias.value))
+    assert restored.kernel.get_value().sharding == sharding
+    np.testing.assert_array_equal(np.asarray(restored.kernel.get_value()), np.asarray(model.kernel.get_value()))
+    np.testing.assert_array_equal(np.asarray(restored.bias.get_value()), np.asarray(model.bias.get_value()))

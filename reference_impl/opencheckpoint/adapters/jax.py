@@ -585,7 +585,7 @@ def _has_jax_leaf(value: Any) -> bool:
     nnx = _nnx()
     special = (nnx.Pytree, nnx.Variable) if nnx is not None else ()
     leaves = jax.tree_util.tree_leaves(value, is_leaf=lambda x: bool(special) and isinstance(x, special))
-    return any(isinstance(leaf, (jax.Array, *special)) for leaf in leaves)
+    return any(isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, *special)) for leaf in leaves)  # abstract too
 
 
 def adapter_for(value: Any) -> Adapter | None:
