@@ -341,7 +341,8 @@ class TreeMatcher:
                 raise _Mismatch(f"stored {_describe(stored)} is not a PRNG key; target is {_describe(target)}")
             if stored.impl != impl or tuple(stored.data.shape[: len(target.shape)]) != tuple(target.shape):
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
-            key = FRAMEWORK.prng_key(stored.impl, np.asarray(stored.data), map_location=self._where(target))
+            key = FRAMEWORK.prng_key(stored.impl, jax_sharding.host_copy(np.asarray(stored.data)),
+                                    map_location=self._where(target))
             if key.shape != target.shape:
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
             return key
