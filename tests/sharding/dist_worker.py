@@ -81,17 +81,19 @@ def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optim
         np.savez(path + ".expected.npz", **full)
 
 
-def load(rank: int, world: int, path: str) -> None:
-    """Restore the checkpoint at ``path`` (written by any number of ranks) into FSDP2 on ``world`` ranks."""
-    net, optimizer = sharded_model(world)
-    Checkpoint(model=net, optim=optimizer).load(path)
-    expected = np.load(path + ".expected.npz")
-    for key, value in net.state_dict().items():
-        np.testing.assert_array_equal(value.full_tensor().detach().numpy(), expected[f"model.{key}"], err_msg=key)
-    for index, state in optimizer.state_dict()["state"].items():
-        np.testing.assert_array_equal(state["exp_avg"].full_tensor().numpy(), expected[f"optim.{index}.exp_avg"])
-    train_step(net, optimizer)  # the restored state trains on: optimizer state has the parameters' placements
-    print(f"rank {rank}: loaded", flush=True)
+def load(rank: int, world: int, paths: str) -> None:
+    """Restore each checkpoint of ``paths`` (comma-separated; written by any number of ranks) into FSDP2."""
+    for path in paths.split(","):
+        net, optimizer = sharded_model(world)
+        Checkpoint(model=net, optim=optimizer).load(path)
+        expected = np.load(path + ".expected.npz")
+        for key, value in net.state_dict().items():
+            np.testing.assert_array_equal(value.full_tensor().detach().numpy(), expected[f"model.{key}"],
+                                          err_msg=key)
+        for index, state in optimizer.state_dict()["state"].items():
+            np.testing.assert_array_equal(state["exp_avg"].full_tensor().numpy(), expected[f"optim.{index}.exp_avg"])
+        train_step(net, optimizer)  # the restored state trains on: optimizer state has the parameters' placements
+        print(f"rank {rank}: loaded {path}", flush=True)
 
 
 def die(rank: int, world: int, path: str) -> None:

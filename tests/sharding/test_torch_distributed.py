@@ -25,12 +25,14 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
 
 from opencheckpoint import Checkpoint, validate  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each launch starts 2-4 Python processes importing torch
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 #: Seconds a whole launch may take (process start and torch import included) on 2 busy cores.
 LAUNCH_BOUND = 150
 
 
-def launch(scenario: str, world: int, path: Path) -> list[subprocess.CompletedProcess[str]]:
+def launch(scenario: str, world: int, path: Path | str) -> list[subprocess.CompletedProcess[str]]:
     """Run ``world`` ranks of ``scenario`` against ``path``; their exit codes and output."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -87,6 +89,20 @@ def test_four_ranks_save_fsdp2_parameters_optimizer_state_and_dtensors_as_sharde
     assert "shards/rank-00003.bin" in files
 
 
+def test_a_four_rank_checkpoint_restores_into_a_plain_model_in_one_process(four_rank_checkpoint: Path) -> None:
+    from dist_worker import model
+
+    net = model()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    Checkpoint(model=net, optim=optimizer).load(four_rank_checkpoint)
+    expected = np.load(str(four_rank_checkpoint) + ".expected.npz")
+    for key, value in net.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), expected[f"model.{key}"])
+    for index, state in optimizer.state_dict()["state"].items():
+        np.testing.assert_array_equal(state["exp_avg"].numpy(), expected[f"optim.{index}.exp_avg"])
+    assert validate(four_rank_checkpoint).ok
+
+
 def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_path: Path) -> None:
     path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "ckpt")
     before = (path / "manifest.json").read_bytes()
@@ -99,14 +115,16 @@ def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # the coordinator removed the staging directory
 
 
-def test_an_unsharded_checkpoint_restores_into_fsdp2_on_two_ranks(tmp_path: Path) -> None:
-    """One process saves a plain model and Adam state; two FSDP2 ranks each restore their own rows and train on."""
+def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_ranks(
+        four_rank_checkpoint: Path, tmp_path: Path) -> None:
+    """Resharding 4 -> 2 (sharded arrays) and 1 -> 2 (whole arrays): each rank restores its own rows, trains on."""
     from dist_worker import model, train_step, write_expected
 
     net = model()
     optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
     train_step(net, optimizer)
-    path = Checkpoint(model=net, optim=optimizer).save(tmp_path / "ckpt")
-    write_expected(0, net, optimizer, str(path))
-    for result in launch("load", 2, path):
-        assert result.returncode == 0 and "loaded" in result.stdout, result.stderr[-3000:]
+    plain = Checkpoint(model=net, optim=optimizer).save(tmp_path / "ckpt")
+    write_expected(0, net, optimizer, str(plain))
+    for result in launch("load", 2, f"{four_rank_checkpoint},{plain}"):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.count("loaded") == 2, result.stdout
