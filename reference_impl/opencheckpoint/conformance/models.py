@@ -26,8 +26,10 @@ ERROR_CLASS_NAMES = (
     "UnsafePath", "MissingFile", "ExtraFile", "LimitExceeded", "TreeError", "ArrayLayoutError",
     "UnknownDtype", "ArchiveError", "UnknownComponentKind", "IncompatibleComponent",
 )
-#: Optional capabilities of spec Table 17-1, plus what a checkout may lack.
-CAPABILITIES = ("archive", "old-fallback", "symlinks")
+#: Optional capabilities of spec Table 17-1 (``sharding``: format version 2, §S.8), plus what a checkout may lack.
+CAPABILITIES = ("archive", "old-fallback", "sharding", "symlinks")
+#: Capabilities whose cases only readers run: writers do not produce them from a rendering (format v2, §S.8).
+READER_ONLY = frozenset({"sharding"})
 
 Hex = Annotated[str, Field(pattern=r"^([0-9a-f]{2})*$")]
 Bits = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
@@ -79,7 +81,7 @@ class CapabilitiesModel(_Doc):
     implementation: str = Field(min_length=1, description="Name of the implementation.")
     version: str = Field(min_length=1, description="Version of the implementation.")
     modes: list[Literal["read", "write"]] = Field(min_length=1, description="Protocol modes implemented.")
-    skip: dict[Literal["archive", "old-fallback"], Annotated[str, Field(min_length=1)]] = Field(
+    skip: dict[Literal["archive", "old-fallback", "sharding"], Annotated[str, Field(min_length=1)]] = Field(
         description="Skipped optional capability (spec Table 17-1) -> reason.")
 
 
