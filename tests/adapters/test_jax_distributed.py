@@ -1,7 +1,8 @@
 """Two JAX processes (``jax.distributed`` on CPU, loopback, gloo) save one sharded checkpoint; one process loads it.
 
 Each worker has 4 CPU devices, so the global mesh has 8 (4x2, ``P('x', 'y')``); each process writes only
-its own shards and the coordinator (process 0) publishes once. Bounded: every wait has a timeout.
+its own shards and the coordinator (process 0) publishes once; then each process restores its own devices'
+blocks of another layout. Bounded: every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ WORKER = textwrap.dedent("""
     mesh = jax.make_mesh((4, 2), ("x", "y"))
     w = jax.make_array_from_callback((8, 8), NamedSharding(mesh, P("x", "y")), lambda index: full[index])
     rows = jax.make_array_from_callback((8, 8), NamedSharding(mesh, P("x")), lambda index: full[index] * 2)
+    bias = jax.make_array_from_callback((8,), NamedSharding(mesh, P()), lambda index: full[0][index])  # replicated
     timeout = float(os.environ["OC_TEST_TIMEOUT"])
 
     class DiesBeforeReporting(JaxCollective):
@@ -54,11 +56,20 @@ WORKER = textwrap.dedent("""
     # "save": a jax.distributed job of 2 processes saves collectively by default; "die": the collective given
     group = None if mode == "save" else (DiesBeforeReporting if process_id == 1 else JaxCollective)(timeout=timeout)
     try:
-        Checkpoint(state={"w": w, "rows": rows, "step": 3}).save(path, process_group=group, timeout=timeout)
+        Checkpoint(state={"w": w, "rows": rows, "bias": bias, "step": 3}).save(path, process_group=group,
+                                                                               timeout=timeout)
     except CheckpointError as exc:
         print(f"failed: {type(exc).__name__}: {exc}", flush=True)
         os._exit(5)
-    print("saved", flush=True)
+    # every process restores its own devices' blocks of another layout (no collective needed to load)
+    columns = NamedSharding(jax.make_mesh((2, 4), ("x", "y")), P(None, ("x", "y")))
+    target = {"w": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=columns), "rows": rows, "bias": bias, "step": 0}
+    restored = Checkpoint(state=target).load(path).values["state"]
+    assert restored["w"].sharding == columns and restored["step"] == 3
+    for shard in restored["w"].addressable_shards:
+        assert (np.asarray(shard.data) == full[shard.index]).all(), shard.index
+    assert (np.asarray(restored["bias"].addressable_data(0)) == full[0]).all()
+    print("saved and restored", flush=True)
     os._exit(0)  # no shutdown handshake: the other process may already be gone
 """)
 
@@ -95,6 +106,7 @@ def test_two_processes_save_and_one_process_loads(tmp_path: Path) -> None:
     target = tmp_path / "ckpt"
     done = _launch(tmp_path, target, "save", 60)
     assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    assert all("saved and restored" in d.stdout for d in done)
     assert json.loads((target / "manifest.json").read_text())["format_version"] == 2
     ranks = sorted(p.name for p in target.rglob("rank-*.bin"))
     assert ranks == ["rank-00000.bin", "rank-00001.bin"]  # each process wrote its own shards
@@ -107,11 +119,13 @@ def test_two_processes_save_and_one_process_loads(tmp_path: Path) -> None:
     plain = read_component(target, "state")
     np.testing.assert_array_equal(plain["w"], full)
     np.testing.assert_array_equal(plain["rows"], full * 2)
+    np.testing.assert_array_equal(plain["bias"], full[0])
     assert plain["step"] == 3
     if jax.device_count() >= 8:  # this process's own mesh (tests/conftest.py gives it 8 devices)
         sharding = NamedSharding(jax.make_mesh((2, 4), ("x", "y")), P(None, "x"))
         abstract = {"w": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding),
-                    "rows": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding), "step": 0}
+                    "rows": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding), "bias": np.zeros(8, np.float32),
+                    "step": 0}
         restored = Checkpoint(state=abstract).load(target).values["state"]
         assert restored["w"].sharding == sharding
         np.testing.assert_array_equal(np.asarray(restored["rows"]), full * 2)
