@@ -139,3 +139,11 @@ def test_a_process_that_dies_means_nothing_is_published(tmp_path: Path) -> None:
     assert "CollectiveError" in done[0].stdout
     assert not target.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["worker.py"]  # the staging directory was removed
+
+
+def test_jax_collective_without_jax_distributed_names_the_fix() -> None:
+    from opencheckpoint.adapters.jax_collective import JaxCollective
+    from opencheckpoint.sharding import CollectiveError
+
+    with pytest.raises(CollectiveError, match=r"jax\.distributed\.initialize"):
+        JaxCollective()
