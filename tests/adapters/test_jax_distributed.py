@@ -121,11 +121,11 @@ def test_two_processes_save_and_one_process_loads(tmp_path: Path) -> None:
     np.testing.assert_array_equal(plain["rows"], full * 2)
     np.testing.assert_array_equal(plain["bias"], full[0])
     assert plain["step"] == 3
-    if jax.device_count() >= 8:  # this process's own mesh (tests/conftest.py gives it 8 devices)
+    if jax.device_count() >= 8:  # this process's own mesh (conftest.py gives it 8 devices)
         sharding = NamedSharding(jax.make_mesh((2, 4), ("x", "y")), P(None, "x"))
         abstract = {"w": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding),
-                    "rows": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding), "bias": np.zeros(8, np.float32),
-                    "step": 0}
+                    "rows": jax.ShapeDtypeStruct((8, 8), np.float32, sharding=sharding),
+                    "bias": np.zeros(8, np.float32), "step": 0}
         restored = Checkpoint(state=abstract).load(target).values["state"]
         assert restored["w"].sharding == sharding
         np.testing.assert_array_equal(np.asarray(restored["rows"]), full * 2)

@@ -1,6 +1,6 @@
 """Sharded ``jax.Array``s: saved shard by shard on an 8-device CPU mesh, restored onto other meshes and shardings.
 
-The 8 host CPU devices come from ``tests/conftest.py`` (``XLA_FLAGS``, set before JAX starts).
+The 8 host CPU devices come from ``conftest.py`` (``XLA_FLAGS``, set before JAX starts).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from opencheckpoint.errors import IntegrityError  # noqa: E402
 
 pytestmark = [
     pytest.mark.jax,
-    pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 JAX devices (tests/conftest.py sets XLA_FLAGS "
+    pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 JAX devices (conftest.py sets XLA_FLAGS "
                                                       "before JAX starts; JAX was started elsewhere first)"),
 ]
 
@@ -184,3 +184,11 @@ def test_restore_nnx_abstract_state_with_shardings(tmp_path: Path) -> None:
     assert restored.kernel.get_value().sharding == sharding
     np.testing.assert_array_equal(np.asarray(restored.kernel.get_value()), np.asarray(model.kernel.get_value()))
     np.testing.assert_array_equal(np.asarray(restored.bias.get_value()), np.asarray(model.bias.get_value()))
+
+
+def test_device_blocks_become_regions_and_a_strided_block_is_refused() -> None:
+    from opencheckpoint.errors import UnsupportedValue
+
+    assert jax_sharding.index_region((slice(2, 4), slice(None)), (8, 3)) == ((2, 0), (2, 3))
+    with pytest.raises(UnsupportedValue, match="contiguous"):
+        jax_sharding.index_region((slice(0, 8, 2),), (8,))

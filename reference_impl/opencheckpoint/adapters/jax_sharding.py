@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from ..dtypes import dtype_name
+from ..errors import UnsupportedValue
 from ..sharding import LocalShard, ShardedValue
 
 Region = tuple[tuple[int, ...], tuple[int, ...]]
@@ -50,8 +51,8 @@ def index_region(index: tuple[slice, ...], shape: tuple[int, ...]) -> Region:
     start, size = [], []
     for item, dim in zip(index, shape, strict=True):
         lo, hi, step = item.indices(dim)
-        if step != 1:  # JAX shardings are contiguous blocks; anything else is a bug to report, not to guess
-            raise ValueError(f"device index {index} has a step; sharded blocks are contiguous")
+        if step != 1:  # the format stores contiguous blocks; JAX's shardings give nothing else
+            raise UnsupportedValue(f"a device's block {index} has a step; only contiguous blocks can be shards")
         start.append(lo)
         size.append(max(hi - lo, 0))
     return tuple(start), tuple(size)

@@ -4,7 +4,10 @@ Eight host CPU devices for JAX, so the sharded ``jax.Array`` tests (meshes of
 4x2, 2x4, 8) run in the test process itself rather than in one subprocess
 each. XLA reads ``XLA_FLAGS`` once, when the first JAX backend starts, so the
 flag is set here, when pytest loads this file at start-up, before it imports
-any test module. A single device (what users get by default) stays the
+any test module. (At the repository root, outside the test paths: a second
+``conftest.py`` under ``tests/`` would clash with ``tests/conformance/conftest.py``,
+which is importable as ``conftest`` from pytest's ``pythonpath``, when
+``--doctest-modules`` imports it.) A single device (what users get by default) stays the
 default device: ``jax.device_put`` without a sharding still uses device 0.
 An ``XLA_FLAGS`` the caller set is kept, with the flag added.
 """
