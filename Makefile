@@ -83,6 +83,7 @@ conformance-regenerate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 1 --plot docs/img/benchmarks.png
+	$(PY) benchmarks/sharded.py --size-mib 256 --ranks 1 2 4
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 0.25 --quick
