@@ -70,6 +70,7 @@ lint: $(STAMP)
 
 schemas: $(STAMP)
 	$(VENV)/bin/opencheckpoint schema export schemas/v1
+	$(VENV)/bin/opencheckpoint schema export --format-version 2 schemas/v2
 
 # The suite against the reference CLI and the independent reader, as real subprocesses.
 conformance: $(STAMP)

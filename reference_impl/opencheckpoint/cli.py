@@ -141,7 +141,7 @@ def _print_issues(out: Console, errors: list[Any]) -> None:
 def cmd_schema_export(args: argparse.Namespace) -> int:
     from .schema_export import export_schemas
 
-    for path in export_schemas(args.directory):
+    for path in export_schemas(args.directory, args.format_version):
         print(path)
     return EXIT_OK
 
@@ -181,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema_commands = schema.add_subparsers(dest="schema_command", required=True, metavar="SUBCOMMAND")
     export = schema_commands.add_parser("export", help="write every schema into DIR", epilog=_EPILOG)
     export.add_argument("directory", metavar="DIR")
+    export.add_argument("--format-version", type=int, choices=(1, 2), default=1,
+                        help="the format version whose documents to export (default 1: schemas/v1)")
     export.set_defaults(run=cmd_schema_export)
 
     migrations = commands.add_parser("migrations", help="print the migration chain declaration (JSON)",

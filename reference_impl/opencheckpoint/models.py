@@ -34,6 +34,10 @@ FORMAT_VERSION: Final = 1
 #: The newest format version this implementation reads (and writes for a checkpoint with a sharded array).
 NEWEST_FORMAT_VERSION: Final = 2
 SCHEMA_BASE_URI: Final = "https://opencheckpoint.org/schemas/v1/"
+#: ``$id`` base of format version N's schemas (``schemas/vN/``).
+SCHEMA_BASE_URIS: Final = {1: SCHEMA_BASE_URI, 2: "https://opencheckpoint.org/schemas/v2/"}
+#: Inventory keys of a ``tree`` component of kind_version 2 (format version 2, R-SHD-3).
+TREE_V2_FILE_PATTERN: Final = r"^(tree\.msgpack|data\.bin|shards/rank-[0-9]{5,}\.bin)$"
 
 PATH_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"
 BUILTIN_KINDS: Final = ("tree", "json", "files")
@@ -193,6 +197,35 @@ class MigrationChain(_Document):
         return self
 
 
+_TREE_V2_FILES: dict[str, Any] = {
+    # R-SHD-3: a tree of kind_version 2 lists tree.msgpack, data.bin and shard data files only.
+    "allOf": [{
+        "if": {"properties": {"kind": {"const": "tree"}, "kind_version": {"const": 2}},
+               "required": ["kind", "kind_version"]},
+        "then": {"properties": {"files": {"propertyNames": {"pattern": TREE_V2_FILE_PATTERN},
+                                          "required": ["tree.msgpack", "data.bin"]}}},
+    }]
+}
+
+
+class ComponentRecordV2(ComponentRecord):
+    """A component record of format version 2: a ``tree`` may have kind_version 2 (sharded arrays)."""
+
+    model_config = ConfigDict(title="OpenCheckpoint component record (format version 2)", extra="forbid",
+                              strict=True, frozen=True, json_schema_extra=_TREE_V2_FILES)
+
+
+class ManifestV2(Manifest):
+    """The root document of format version 2: a checkpoint that holds sharded arrays (tree tag 10)."""
+
+    model_config = ConfigDict(title="OpenCheckpoint manifest (format version 2)", extra="forbid", strict=True,
+                              frozen=True)
+
+    format_version: Literal[2] = Field(description="Format version of this document.")  # type: ignore[assignment]
+    components: dict[Name, ComponentRecordV2] = Field(  # type: ignore[assignment]  # the v2 record
+        json_schema_extra={"propertyNames": {"pattern": NAME_PATTERN}})
+
+
 #: Document name -> model; the schema file is ``<name>.schema.json``.
 DOCUMENT_MODELS: Final[dict[str, type[BaseModel]]] = {
     "manifest": Manifest,
@@ -202,3 +235,7 @@ DOCUMENT_MODELS: Final[dict[str, type[BaseModel]]] = {
     "producer": Producer,
     "migration-chain": MigrationChain,
 }
+
+#: The documents of format version 2 (``schemas/v2/``): version 1's with the manifest and record of version 2.
+DOCUMENT_MODELS_V2: Final[dict[str, type[BaseModel]]] = {
+    **DOCUMENT_MODELS, "manifest": ManifestV2, "component": ComponentRecordV2}

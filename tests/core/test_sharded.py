@@ -222,3 +222,23 @@ def test_msgpack_of_the_builder_is_what_the_spec_shows() -> None:
     node = files.sharded(np.arange(2, dtype=np.uint8), [("data.bin", (0,), (2,))])
     assert msgpack.packb(node)[:3] == b"\x94\xc7\x00"  # fixarray(4), tag marker c7 00 0a
     assert msgpack.packb(node)[3] == 10
+
+
+def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path: Path) -> None:
+    import re
+
+    files = DataFiles()
+    array = np.arange(8, dtype=np.float32).reshape(2, 4)
+    node = files.sharded(array, [(R0, (0, 0), (1, 4)), (R1, (1, 0), (1, 4))])
+    path = write_checkpoint(tmp_path / "c", {"model": ({"w": node}, files)})
+    text = (Path(__file__).resolve().parents[2] / "spec" / "opencheckpoint-v2.md").read_text(encoding="utf-8")
+    block = text.split("`components/model/tree.msgpack` (91 bytes)")[1].split("```")[1]
+    hex_part = "\n".join(line.strip().split("  ")[0] for line in block.splitlines())  # comments after 2 spaces
+    shown = "".join(re.findall(r"\b[0-9a-f]{2}\b", hex_part))
+    document = (path / "components/model/tree.msgpack").read_bytes()
+    assert shown == document.hex()
+    record = json.loads((path / "manifest.json").read_bytes())["components"]["model"]
+    example = json.loads(text.split("<!-- schema: component -->\n```json\n")[1].split("```")[0])
+    assert record == example
+    with open_checkpoint(path) as ckpt:
+        assert ckpt.tree("model")["w"].read_region((1, 0), (1, 4)).tolist() == [[4, 5, 6, 7]]

@@ -37,6 +37,8 @@ _BEHAVIOUR = "a reader behaviour, not a property of a file: no single check can 
 _PROTOCOL = "a rule of the conformance protocol, implemented by opencheckpoint.conformance (impl, runner)"
 _ORDER = "the validation order itself: opening -> steps -> arrays run the steps in order (tests/core/test_order_*)"
 _CHAIN = "a rule of the migration-chain declaration: a model validator of MigrationChain (tests/spec/test_migrations)"
+_COLLECTIVE = ("the collective save procedure (format version 2, §S.7): a writer obligation met by the save engine "
+               "of opencheckpoint.sharding; its multi-process tests (rank death, no publication) pin the behaviour")
 _META = "a rule about other rules (it names the error class or itemsize they use); each of those has its check"
 
 #: Rule ID -> why it has no check site of its own.
@@ -53,6 +55,10 @@ EXEMPT: dict[str, str] = {
     **dict.fromkeys(["R-RDR-1", "R-RDR-2", "R-RDR-3", "R-RDR-4", "R-RDR-11"], _ORDER),
     **dict.fromkeys(["R-VER-8", "R-VER-9", "R-VER-10", "R-VER-11", "R-VER-12", "R-VER-13", "R-VER-14"], _CHAIN),
     **dict.fromkeys(["R-DT-2", "R-ERR-1", "R-ERR-2", "R-ERR-3", "R-VER-15"], _META),
+    **dict.fromkeys(["R-SHD-13", "R-SHD-14"], _WRITER),
+    **dict.fromkeys(["R-SHD-16", "R-SHD-17", "R-SHD-18", "R-SHD-19"], _COLLECTIVE),
+    "R-SHD-15": "a reader behaviour (verify each shard used, open no other): opencheckpoint.sharding.reading "
+                "verifies through R-ARR-14's check; tests/core/test_sharded.py pins which shards a region read opens",
 }
 
 #: Rules whose check still sits in more than one function (not yet in a rule table). May only shrink.

@@ -84,3 +84,41 @@ def test_schema_rejects_what_the_models_reject() -> None:
         {**good, "files": {"tree.msgpack": {"size": 3, "crc32c": "0A1B2C3D"}}},
     ):
         assert not validator.is_valid(bad), bad
+
+
+V2_SCHEMAS = ROOT / "schemas" / "v2"
+
+
+def test_committed_v2_schemas_equal_a_fresh_export(tmp_path: Path) -> None:
+    export_schemas(tmp_path, 2)
+    fresh = {p.name: p.read_text(encoding="utf-8") for p in tmp_path.iterdir()}
+    committed = {p.name: p.read_text(encoding="utf-8") for p in V2_SCHEMAS.glob("*.schema.json")}
+    assert fresh == committed, "schemas/v2 drifted from the models: run `make schemas` and commit"
+    assert json.loads(committed["manifest.schema.json"])["$id"].endswith("/schemas/v2/manifest.schema.json")
+
+
+def test_v2_schemas_accept_a_sharded_manifest_and_reject_a_foreign_tree_file(tmp_path: Path) -> None:
+    import numpy as np
+
+    from opencheckpoint.testing.sharded import DataFiles, write_checkpoint
+
+    files = DataFiles()
+    node = files.sharded(np.arange(4.0), [("shards/rank-00000.bin", (0,), (2,)), ("shards/rank-00001.bin", (2,), (2,))])
+    manifest = json.loads((write_checkpoint(tmp_path / "c", {"m": (node, files)}) / "manifest.json").read_bytes())
+    validator = jsonschema.Draft202012Validator(json.loads((V2_SCHEMAS / "manifest.schema.json").read_text("utf-8")))
+    validator.validate(manifest)
+    manifest["components"]["m"]["files"]["shards/rank-1.bin"] = {"size": 0, "crc32c": "00000000"}
+    assert not validator.is_valid(manifest)
+    manifest["format_version"] = 1
+    v1 = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "manifest.schema.json").read_text("utf-8")))
+    assert not validator.is_valid({**manifest, "format_version": 1}) and v1.is_valid(
+        {**manifest, "components": {}})
+
+
+def test_v2_spec_examples_validate_against_schemas_v2() -> None:
+    text = (ROOT / "spec" / "opencheckpoint-v2.md").read_text(encoding="utf-8")
+    examples = re.findall(r"<!-- schema: ([a-z-]+) -->\n```json\n(.*?)```", text, re.S)
+    assert {kind for kind, _ in examples} == {"component", "migration-chain"}
+    for kind, body in examples:
+        schema = json.loads((V2_SCHEMAS / f"{kind}.schema.json").read_text("utf-8"))
+        jsonschema.Draft202012Validator(schema).validate(json.loads(body))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .canonical import first_difference, is_complete, render_checkpoint, writer_view
-from .models import CapabilitiesModel, CaseModel
+from .models import READER_ONLY, CapabilitiesModel, CaseModel
 from .report import Outcome as Outcome
 from .report import Report as Report
 from .report import print_report, rule_advisory
@@ -256,6 +256,9 @@ def run_writer_case(case: Case, command: Command, skip: dict[str, str], workdir:
     started = time.perf_counter()
     outcome = Outcome(case.id, "writer", "pass", spec_sections=list(case.meta.spec_sections))
     reason = _skip_reason(case, skip)
+    reader_only = sorted(READER_ONLY & set(case.meta.requires))
+    if reason is None and reader_only:
+        reason = f"a reader case (capability {reader_only[0]!r}): writers do not produce it from a rendering"
     expected = case.expected()
     if reason is None and not is_complete(expected):
         reason = "expected.json renders some bytes by digest only (Appendix B.6); not writable"
