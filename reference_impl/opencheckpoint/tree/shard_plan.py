@@ -122,8 +122,9 @@ def _checked_header(value: ShardedValue, path: str) -> tuple[tuple[int, ...], st
         raise LimitExceeded(f"array has {len(shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
                             rule="R-LIM-13")
     if len(value.local_shards) > SHARDS_MAX_PER_ARRAY:
-        raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {SHARDS_MAX_PER_ARRAY} per array",
-                            field=path, rule="R-LIM-20")
+        # The reader's limit (R-LIM-20), refused before writing; the rule's one check site is the reader's.
+        raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {SHARDS_MAX_PER_ARRAY} per array "
+                            "(R-LIM-20)", field=path)
     try:
         numpy_dtype(value.dtype)
     except CheckpointError as exc:
@@ -163,8 +164,8 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
     reader's limit is refused too.
     """
     if len(records) > SHARDS_MAX_PER_ARRAY:
-        raise LimitExceeded(f"{len(records)} shard records, limit {SHARDS_MAX_PER_ARRAY} per array", field=path,
-                            rule="R-LIM-20")
+        raise LimitExceeded(f"{len(records)} shard records, limit {SHARDS_MAX_PER_ARRAY} per array (R-LIM-20)",
+                            field=path)
     total = math.prod(shape)
     regions: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for record in records:
