@@ -744,7 +744,9 @@ def cmd_read(path):
 def main(argv):
     if len(argv) >= 1 and argv[0] == "capabilities":
         sys.stdout.write(json.dumps({"implementation": "opencheckpoint-independent-reader",
-                                     "version": "0.1.0", "modes": ["read"], "skip": {}}) + "\n")
+                                     "version": "0.1.0", "modes": ["read"],
+                                     "skip": {"sharding": "format version 2 (sharded arrays) is not "
+                                                          "implemented yet"}}) + "\n")
         return 0
     if len(argv) == 2 and argv[0] == "read":
         try:

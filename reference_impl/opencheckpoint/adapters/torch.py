@@ -227,8 +227,7 @@ class ModuleAdapter(Adapter):
         if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
             from .torch_dtensor import read_module_state
 
-            lazy = reader.reader.tree(reader.name)
-            stored = read_module_state(lazy, own, verify=reader.verify) if isinstance(lazy, dict) else lazy
+            stored = read_module_state(reader, own)
         else:
             stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):

@@ -21,17 +21,24 @@ optimizer's full state tensors the placements of their (DTensor) parameters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from ..arrays import verify_view
+from ..dtypes import numpy_dtype
 from ..errors import UnsupportedValue
+from ..tree.decode import empty_array
+from ..tree.nodes import ShardedArrayRef, ShardRef
 from ..tree.shard_plan import LocalShard, ShardedValue
 from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
+
+if TYPE_CHECKING:
+    from .base import ComponentReader
 
 __all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state", "shard_optimizer_state",
            "to_sharded"]
@@ -84,8 +91,18 @@ def holds_dtensors(state: Mapping[str, Any]) -> bool:
     return any(isinstance(value, DTensor) for value in state.values())
 
 
-def read_region(handle: Any, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool) -> np.ndarray:
-    """The block ``start .. start + size`` of a stored array handle, verified unless ``verify`` is False."""
+def read_region(handle: Any, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool,
+                whole_shard: Callable[[Any, Any], np.ndarray] | None = None) -> np.ndarray:
+    """The block ``start .. start + size`` of a stored array handle, verified unless ``verify`` is False.
+
+    When the block is exactly one stored shard (a restore onto the layout that saved it) and
+    ``whole_shard`` is given, the shard is read by ``whole_shard`` (straight into a fresh buffer).
+    """
+    ref = getattr(handle, "ref", None)
+    if whole_shard is not None and isinstance(ref, ShardedArrayRef):
+        match = next((shard for shard in ref.shards if shard.start == start and shard.size == size), None)
+        if match is not None:
+            return whole_shard(ref, match)
     reader = getattr(handle, "read_region", None)
     if reader is not None:
         block: np.ndarray = reader(start, size, verify=verify)
@@ -99,13 +116,39 @@ def _is_handle(value: Any) -> bool:
     return hasattr(value, "read") and hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def read_module_state(lazy: Mapping[str, Any], live: Mapping[str, Any], *, verify: bool) -> dict[str, Any]:
+def shard_reader(reader: ComponentReader) -> Callable[[ShardedArrayRef, ShardRef], np.ndarray]:
+    """Reads one whole shard of the component with positioned reads (no memory map), verified after.
+
+    A shard read through the map is copied out page by page; read into a fresh buffer
+    (``preadv``) and checksummed while it is hot in the cache, it costs one copy.
+    """
+    record = reader.record
+
+    def read(ref: ShardedArrayRef, shard: ShardRef) -> np.ndarray:
+        extent = shard.extent(ref.dtype)
+        out = empty_array(shard.size, numpy_dtype(ref.dtype).newbyteorder("="))
+        path = f"{record.path}/{shard.file}"
+        if out.size:
+            with reader.reader.open_region(path, record.files[shard.file].size) as region:
+                region.readinto(out.reshape(-1).view(np.uint8), shard.offset)
+            if reader.verify:
+                verify_view(out, extent, path)
+        return out
+
+    return read
+
+
+def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
     """A stored module state dict for ``live``: DTensor targets get DTensors of their local region only.
 
-    ``lazy`` is the component's tree of array handles. An entry whose live tensor
-    is a DTensor of the same global shape reads the block this rank holds; every
-    other array is read whole (a read-only view, copied into the module later).
+    An entry whose live tensor is a DTensor of the same global shape reads the
+    block this rank holds; every other array is read whole (a read-only view,
+    copied into the module later). Non-dict trees are returned as stored.
     """
+    lazy = reader.reader.tree(reader.name)
+    if not isinstance(lazy, dict):
+        return lazy
+    whole_shard = shard_reader(reader)
     out: dict[str, Any] = {}
     for key, handle in lazy.items():
         target = live.get(key)
@@ -116,10 +159,11 @@ def read_module_state(lazy: Mapping[str, Any], live: Mapping[str, Any], *, verif
             if region is None:
                 out[key] = target  # this rank holds none of it: the live value is written back as is
                 continue
-            block = numpy_to_tensor(np.ascontiguousarray(read_region(handle, *region, verify=verify)))
+            block = numpy_to_tensor(np.ascontiguousarray(
+                read_region(handle, *region, verify=reader.verify, whole_shard=whole_shard)))
             out[key] = from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
         else:
-            out[key] = _VIEWS.array(handle.read(verify=verify))
+            out[key] = _VIEWS.array(handle.read(verify=reader.verify))
     return out
 
 

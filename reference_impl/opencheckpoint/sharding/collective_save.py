@@ -47,20 +47,21 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
                     durable: bool, overwrite: bool) -> None:
     """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere."""
     rank = collective.rank
-    staged, opening = _open_staging(target, durable, overwrite) if rank == 0 else (None, None)
+    staged, opening, refused = _open_staging(target, durable, overwrite) if rank == 0 else (None, None, None)
     failure: BaseException | None = None
     try:
         opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
                            "staging directory")
         if not opened["ok"]:
-            raise error_from_json(opened["error"])
-        sink = RankSink(rank, Path(opened["staging"]), durable=durable)
+            raise refused or error_from_json(opened["error"])  # the coordinator re-raises its own error
+        staging = Path(opened["staging"])
         if opened["target"] != str(target):
             failure = UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
                                        "every rank of a collective save passes the same path", field="path")
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
+            sink = RankSink(rank, staging, durable=durable)
             records, failure, report = _write_rank(sink, write)
         gathered = collective.gather_bytes(to_json(report))
         outcome: dict[str, Any] | None = None
@@ -80,15 +81,16 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
 
 
 def _open_staging(target: Path, durable: bool, overwrite: bool,
-                  ) -> tuple[StagedCheckpoint | None, dict[str, Any]]:
-    """Coordinator, step 1: the entered staging checkpoint and the message announcing it (or the refusal)."""
+                  ) -> tuple[StagedCheckpoint | None, dict[str, Any], Exception | None]:
+    """Coordinator, step 1: the entered staging checkpoint and the message announcing it, or the refusal
+    (message and error)."""
     staged = StagedCheckpoint(target, form="directory", durable=durable, overwrite=overwrite)
     try:
         staged.__enter__()
     except Exception as exc:  # the other ranks wait for this message: they get the error instead
         staged.__exit__(None, None, None)
-        return None, {"ok": False, "error": error_to_json(exc, 0)}
-    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target)}
+        return None, {"ok": False, "error": error_to_json(exc, 0)}, exc
+    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target)}, None
 
 
 def _write_rank(sink: RankSink, write: WriteComponents,

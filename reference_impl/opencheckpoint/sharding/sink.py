@@ -15,6 +15,7 @@ to the staging directory for their shard files.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +54,9 @@ class RankSink:
         self.rank = rank
         self.staging = staging
         self.durable = durable
-        #: Where this rank's adapters write: the staging directory itself on the coordinator.
-        self.root = staging if rank == 0 else staging / f".rank-{rank:05d}-scratch"
+        #: Where this rank's adapters write: the staging directory itself on the coordinator, a private
+        #: temporary directory elsewhere (outside the staging directory, which only the coordinator creates).
+        self.root = staging if rank == 0 else Path(tempfile.mkdtemp(prefix=f"opencheckpoint-rank-{rank:05d}-"))
         #: component path ("components/NAME") -> (plan, directory, sha256) awaiting tree.msgpack (coordinator).
         self.pending: dict[str, tuple[TreePlan, Path, bool]] = {}
         #: component path -> {"files": this rank's shard file entries, "sharded": records} (sent to rank 0).
@@ -69,6 +71,8 @@ class RankSink:
         real = self.staging / rel
         if rel in self.report:
             raise UnsupportedValue(f"{rel} was written twice in one save", rule="R-WTR-3")
+        if self.rank != 0 and plan.shards is not None and plan.shards.data.extents:
+            _make_below(self.staging, real / "shards")
         entries = {} if plan.shards is None else plan.shards.write(real, durable=durable, sha256=sha256)
         self.report[rel] = {"files": entries,
                             "sharded": [] if plan.shards is None else plan.shards.summary()}
@@ -106,6 +110,18 @@ class RankSink:
             record["files"] = {key: files[key] for key in sorted(files, key=_file_order)}
             if plan.shards is not None:
                 record["kind_version"] = 2
+
+
+def _make_below(staging: Path, directory: Path) -> None:
+    """Create ``directory`` below ``staging`` without ever creating ``staging`` itself.
+
+    When the coordinator has given up and removed the staging directory, a late
+    rank fails here instead of bringing it back (which would leave debris).
+    """
+    current = staging
+    for name in directory.relative_to(staging).parts:
+        current = current / name
+        current.mkdir(exist_ok=True)  # FileNotFoundError once the staging directory is gone
 
 
 def _file_order(key: str) -> tuple[int, str]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
-from ..limits import ARRAY_MAX_NDIM
+from ..limits import ARRAY_MAX_NDIM, SHARDS_MAX_PER_ARRAY
 from .datafile import DataFilePlan
 
 __all__ = ["SHARDED_ARRAY_TAG", "LocalShard", "ShardPlan", "ShardedValue", "check_cover", "merge_records",
@@ -42,8 +42,6 @@ __all__ = ["SHARDED_ARRAY_TAG", "LocalShard", "ShardPlan", "ShardedValue", "chec
 #: Tag of a sharded array node (format version 2, spec R-SHD).
 SHARDED_ARRAY_TAG: Final = 10
 _MARK: Final = msgpack.ExtType(SHARDED_ARRAY_TAG, b"")
-#: Most shard records one array may have (a reader refuses more; its coverage check stays bounded).
-MAX_SHARDS_PER_ARRAY: Final = 65_536
 
 
 def rank_file(rank: int) -> str:
@@ -123,9 +121,10 @@ def _checked_header(value: ShardedValue, path: str) -> tuple[tuple[int, ...], st
     if len(shape) > ARRAY_MAX_NDIM:
         raise LimitExceeded(f"array has {len(shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
                             rule="R-LIM-13")
-    if len(value.local_shards) > MAX_SHARDS_PER_ARRAY:
-        raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {MAX_SHARDS_PER_ARRAY} per array",
-                            field=path)
+    if len(value.local_shards) > SHARDS_MAX_PER_ARRAY:
+        # The reader's limit (R-LIM-20), refused before writing; the rule's one check site is the reader's.
+        raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {SHARDS_MAX_PER_ARRAY} per array "
+                            "(R-LIM-20)", field=path)
     try:
         numpy_dtype(value.dtype)
     except CheckpointError as exc:
@@ -161,8 +160,12 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
 
     Identical regions are replicas (their CRCs must agree); distinct regions must
     be pairwise disjoint and, together, hold every element: disjoint regions whose
-    volumes add up to the array's are exactly a tiling.
+    volumes add up to the array's are exactly a tiling. A shard count over the
+    reader's limit is refused too.
     """
+    if len(records) > SHARDS_MAX_PER_ARRAY:
+        raise LimitExceeded(f"{len(records)} shard records, limit {SHARDS_MAX_PER_ARRAY} per array (R-LIM-20)",
+                            field=path)
     total = math.prod(shape)
     regions: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for record in records:
@@ -170,19 +173,20 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
         if regions.setdefault(key, record[5]) != record[5]:
             raise UnsupportedValue(f"two replicas of the region start={list(key[0])} size={list(key[1])} hold "
                                    "different bytes", field=path, rule="R-WTR-3")
-    volume = sum(math.prod(size) for _, size in regions)
+    # Imported here: the package of the tiling sweep imports this module (a cycle at import time otherwise).
+    from ..sharding.tiling import find_overlap, uncovered
+
     if regions and len(shape):
         starts = np.array([start for start, _ in regions], dtype=np.int64)
-        ends = starts + np.array([size for _, size in regions], dtype=np.int64)
-        for i in range(len(starts) - 1):  # vectorised per row: writers hold few records per array
-            overlap = np.all((starts[i] < ends[i + 1:]) & (starts[i + 1:] < ends[i]), axis=1)
-            if overlap.any():
-                j = i + 1 + int(np.argmax(overlap))
-                raise UnsupportedValue(f"shard regions overlap: start={starts[i].tolist()} and "
-                                       f"start={starts[j].tolist()}", field=path, rule="R-WTR-3")
-    if volume != total:
-        raise UnsupportedValue(f"the shards of every rank hold {volume} of the {total} elements of the global "
-                               f"shape {list(shape)}: some region was written by no rank", field=path,
+        sizes = np.array([size for _, size in regions], dtype=np.int64)
+        pair = find_overlap(starts, sizes)  # O(n log n) sweep, as the reader's check (R-SHD)
+        if pair is not None:
+            raise UnsupportedValue(f"shard regions overlap: start={starts[pair[0]].tolist()} and "
+                                   f"start={starts[pair[1]].tolist()}", field=path, rule="R-WTR-3")
+    missing = uncovered(shape, [size for _, size in regions])
+    if missing:
+        raise UnsupportedValue(f"the shards of every rank leave {missing} of the {total} elements of the global "
+                               f"shape {list(shape)} uncovered: some region was written by no rank", field=path,
                                rule="R-WTR-3")
 
 
