@@ -493,3 +493,4 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+
