@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import sys
@@ -242,14 +243,10 @@ class Checkpoint:
         changes; no option deletes it. A URL (``s3://...``) raises
         :class:`UnsupportedLocation`.
 
-        Collective save (docs page "Scaling out"): in a ``torch.distributed``
-        job every rank calls ``save`` (``process_group`` defaults to the world
-        group when more than one process is initialized; an
-        :class:`opencheckpoint.sharding.Collective` works too). Each rank writes
-        its shards of sharded tensors; rank 0 writes everything else and
-        publishes once. When a rank fails or dies, nothing is published and every
-        surviving rank raises a :class:`CheckpointError` within ``timeout``
-        seconds per collective step.
+        In a ``torch.distributed`` job every rank calls ``save`` (docs page
+        "Scaling out"; ``process_group``: default the world group, or any
+        :class:`opencheckpoint.sharding.Collective`); if a rank fails, every
+        other raises within ``timeout`` seconds per step and nothing is published.
         """
         target = local_path(path).absolute()
         output = format or self.format
@@ -262,15 +259,9 @@ class Checkpoint:
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
         collective = resolve_collective(process_group, timeout)
-
-        def body(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
-            # Format version 2 only when a tree holds a sharded array; every other save stays version 1.
-            sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
-            return manifest_body(
-                records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
-                producer=default_producer() if producer is None else producer, metadata=user_metadata,
-                format_version=2 if sharded else 1)
-
+        body = functools.partial(
+            _manifest, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
+            producer=default_producer() if producer is None else producer, metadata=user_metadata)
         try:
             if collective is not None:
                 if output != "directory":
@@ -471,6 +462,12 @@ class Checkpoint:
             warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
 
 
+def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """The manifest body of a save: format version 2 only when a tree holds a sharded array (R-SHD-13)."""
+    sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
+    return manifest_body(records, format_version=2 if sharded else 1, **fields)
+
+
 def _readable(adapter: Adapter, kind: str) -> int:
     """The highest kind_version of ``kind`` an adapter can be given.
 
@@ -493,4 +490,3 @@ def _version() -> str:
     from . import __version__
 
     return __version__
-

@@ -114,13 +114,25 @@ def die(rank: int, world: int, path: str) -> None:
     print(f"rank {rank}: saved", flush=True)
 
 
+def hang(rank: int, world: int, path: str) -> None:
+    """Rank 1 stalls (alive, not dead) before writing; the coordinator gives up after the save's timeout."""
+    if rank == 1:
+        publish.FAULT_HOOK = lambda operation: time.sleep(5) if operation.startswith("write-component") else None
+    try:
+        Checkpoint(extra={"x": np.arange(3)}).save(path, timeout=2)
+    except Exception as exc:
+        print(f"rank {rank}: raised {type(exc).__name__}: {exc}", flush=True)
+        return
+    print(f"rank {rank}: saved", flush=True)
+
+
 def main() -> None:
     scenario, rank, world, port, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "load": load, "die": die}[scenario](rank, world, path)
-    if scenario != "die":
+    {"save": save, "load": load, "die": die, "hang": hang}[scenario](rank, world, path)
+    if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
         dist.destroy_process_group()
 
 

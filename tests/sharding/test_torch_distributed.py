@@ -128,3 +128,15 @@ def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_
     for result in launch("load", 2, f"{four_rank_checkpoint},{plain}"):
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.count("loaded") == 2, result.stdout
+
+
+def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_path: Path) -> None:
+    """timeout=2: rank 0 raises CollectiveError naming the timeout instead of waiting for the stalled rank."""
+    path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "ckpt")
+    before = (path / "manifest.json").read_bytes()
+    coordinator, stalled = launch("hang", 2, path)
+    assert "rank 0: raised CollectiveError" in coordinator.stdout, coordinator.stdout + coordinator.stderr[-2000:]
+    assert "within 2 s" in coordinator.stdout
+    assert "rank 1: raised" in stalled.stdout, stalled.stdout + stalled.stderr[-2000:]
+    assert (path / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]

@@ -143,9 +143,7 @@ class TreePlan:
         if isinstance(value, PRNGKeyValue):
             return self._prng_key(value, path)
         if kind is ShardedValue:
-            if self.shards is None:
-                self.shards = ShardPlan(self._rank)
-            return self.shards.node(value, path)
+            return self._sharded(value, path)
         if isinstance(value, DtypeValue):
             return [_MARK[Tag.DTYPE], value.name]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
@@ -173,6 +171,12 @@ class TreePlan:
             fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
         raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
                                field=path, rule="R-WTR-3")
+
+    def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
+        """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
+        if self.shards is None:
+            self.shards = ShardPlan(self._rank)
+        return self.shards.node(value, path)
 
     def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
         """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
