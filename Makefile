@@ -84,6 +84,8 @@ conformance-regenerate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 1 --plot docs/img/benchmarks.png
+	$(PY) benchmarks/sharded.py --size-mib 256 --ranks 1 2 4
+	$(PY) benchmarks/jax_sharded.py --size-mib 512
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/run.py --size-gib 0.25 --quick

@@ -15,7 +15,9 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import logging
 import os
 import sys
@@ -23,12 +25,13 @@ import uuid
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import loading
 from .adapters import registry
 from .adapters.base import Adapter, ComponentWriter, resolve_adapter
 from .casting import CastPolicy
+from .collectives import DEFAULT_TIMEOUT, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, UnsupportedValue
@@ -41,7 +44,13 @@ from .paths import check_segment
 from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
+from .sharding.collective_save import save_collective
+from .sharding.sink import LocalSink
 from .strict_json import parse_ijson
+from .tree.sink import current_sink, installed
+
+if TYPE_CHECKING:
+    from .container.archive_writer import ArchiveWriter
 
 logger = logging.getLogger("opencheckpoint")
 
@@ -228,6 +237,8 @@ class Checkpoint:
         overwrite: bool = True,
         producer: Mapping[str, Any] | None = None,
         component_options: Mapping[str, CheckpointOptions] | None = None,
+        process_group: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
 
@@ -247,6 +258,11 @@ class Checkpoint:
         a symbolic link) raises :class:`TargetExists` before anything on disk
         changes; no option deletes it. A URL (``s3://...``) raises
         :class:`UnsupportedLocation`.
+
+        In a ``torch.distributed`` job every rank calls ``save`` (docs page
+        "Scaling out"; ``process_group``: default the world group, or any
+        :class:`opencheckpoint.sharding.Collective`); if a rank fails, every
+        other raises within ``timeout`` seconds per step and nothing is published.
         """
         target = local_path(path).absolute()
         output = format or self.format
@@ -261,15 +277,20 @@ class Checkpoint:
             parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
         except CheckpointError as exc:
             raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+        collective = resolve_collective(process_group, timeout)
+        body = functools.partial(
+            _manifest, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
+            producer=default_producer() if producer is None else producer, metadata=user_metadata)
         try:
+            if collective is not None:
+                if output != "directory":
+                    raise UnsupportedValue("a collective save writes the directory form only", field="format")
+                save_collective(target, collective,
+                                lambda root: self._save_components(names, adapters, options, root, None), body,
+                                durable=self.durable, overwrite=overwrite)
+                return target
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
-                records: dict[str, dict[str, Any]] = {}
-                for name in names:
-                    records[name] = self._save_component(name, staged, adapters[name], options[name])
-                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
-                staged.commit(manifest_body(
-                    records, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
-                    producer=default_producer() if producer is None else producer, metadata=user_metadata))
+                staged.commit(body(self._save_components(names, adapters, options, staged.directory, staged)))
         except OSError as exc:
             raced = publication_race(exc, target)
             if raced is None:
@@ -277,12 +298,27 @@ class Checkpoint:
             raise raced from exc
         return target
 
-    def _save_component(self, name: str, staged: StagedCheckpoint, adapter: Adapter,
+    def _save_components(self, names: list[str], adapters: Mapping[str, Adapter],
+                         options: Mapping[str, CheckpointOptions], root: Path, staged: StagedCheckpoint | None,
+                         ) -> dict[str, dict[str, Any]]:
+        """Run each component's adapter into ``root/components/NAME``; the component records by name."""
+        records: dict[str, dict[str, Any]] = {}
+        with installed(LocalSink()) if current_sink() is None else contextlib.nullcontext() as local:
+            for name in names:
+                records[name] = self._save_component(name, root, None if staged is None else staged.archive,
+                                                     adapters[name], options[name])
+                if staged is not None:
+                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
+                if isinstance(local, LocalSink) and root / "components" / name in local.sharded:
+                    records[name]["kind_version"] = 2  # a tree with sharded arrays (format version 2)
+        return records
+
+    def _save_component(self, name: str, root: Path, archive: ArchiveWriter | None, adapter: Adapter,
                         options: CheckpointOptions) -> dict[str, Any]:
         value, _ = self._components[name]
         sha256 = self.sha256 if options.sha256 is None else options.sha256
-        writer = ComponentWriter(staged.directory / "components" / name, durable=self.durable, sha256=sha256,
-                                 archive=staged.archive, member_prefix=f"components/{name}",
+        writer = ComponentWriter(root / "components" / name, durable=self.durable, sha256=sha256,
+                                 archive=archive, member_prefix=f"components/{name}",
                                  method_args=options.save_args or (), method_kwargs=dict(options.save_kwargs or {}))
         fault_point(f"write-component:{name}")
         try:
@@ -363,6 +399,11 @@ class Checkpoint:
             loading.apply_all(prepared, result, path)
         return result
 
+def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """The manifest body of a save: format version 2 only when a tree holds a sharded array (R-SHD-13)."""
+    sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
+    return manifest_body(records, format_version=2 if sharded else 1, **fields)
+
 
 def _json_bytes(value: Any) -> bytes:
     import json
@@ -377,4 +418,3 @@ def _version() -> str:
     from . import __version__
 
     return __version__
-

@@ -4,12 +4,25 @@ Reader side: :mod:`.regions` (index regions and tilings), :mod:`.rules` (the
 R-SHD rule table), :mod:`.layout` (step 15 for a tree component of
 kind_version 2) and :mod:`.reading` (verified assembly and region reads,
 :class:`LazyShardedArray`).
+
+Writer side: :class:`ShardedValue` / :class:`LocalShard` (the values a process
+writes, encoded by :mod:`opencheckpoint.tree.shard_plan`), the
+:class:`Collective` protocol and :class:`LocalCollective` (:mod:`.collective`),
+and the collective save (:mod:`.collective_save`, :mod:`.sink`). The torch
+``Collective`` lives in ``opencheckpoint.adapters.torch_collective``.
 """
 
 from __future__ import annotations
 
 from ..tree.nodes import ShardedArrayRef as ShardedArrayRef
 from ..tree.nodes import ShardRef as ShardRef
+from ..tree.shard_plan import LocalShard as LocalShard
+from ..tree.shard_plan import ShardedValue as ShardedValue
+from ..tree.shard_plan import rank_file as rank_file
+from .collective import Collective as Collective
+from .collective import CollectiveError as CollectiveError
+from .collective import LocalCollective as LocalCollective
+from .collective_save import save_collective as save_collective
 from .reading import LazyShardedArray as LazyShardedArray
 from .regions import Region as Region
 from .regions import check_tiling as check_tiling

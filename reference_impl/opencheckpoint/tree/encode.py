@@ -16,37 +16,30 @@ byte is hashed twice.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
-import crc32c as _crc32c_module
 import msgpack
 import numpy as np
 
-from ..crc_combine import _multmodp, _x8nmodp
 from ..dtypes import canonical_bools, dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
-from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
+from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
+from .datafile import DataFilePlan, Writable
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
+from .shard_plan import ShardedValue, ShardPlan, check_cover
+from .sink import current_sink
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
-
-
-class Writable(Protocol):
-    """Where :meth:`TreePlan.stream_data` writes: a raw file or an archive member stream."""
-
-    def write(self, buffer: Any, /) -> int | None: ...
 
 
 #: Returns a replacement value for an object the core does not know, or NOT_HANDLED.
@@ -55,23 +48,6 @@ NOT_HANDLED: Final = object()
 
 _MARK = {tag: msgpack.ExtType(int(tag), b"") for tag in Tag}
 _MARK_ARRAY: Final = _MARK[Tag.ARRAY]
-#: Arrays at least this big are checksummed in the helper thread while being written
-#: (below, the hand-off costs more than the overlap gains).
-_THREADED_CRC_BYTES: Final = 512 << 10
-#: Small arrays are gathered into one buffer to save system calls.
-_COALESCE_BYTES: Final = 64 << 10
-#: The gathered buffer is written (and folded into the file CRC) once it holds this much.
-_PENDING_BYTES: Final = 1 << 20
-_WRITE_CHUNK: Final = 16 << 20
-_ZEROS: Final = bytes(ALIGNMENT)
-
-
-_crc32c: Final = _crc32c_module.crc32c
-
-
-def _address(array: np.ndarray, nbytes: int) -> tuple[int, int]:
-    """The alias key of an array: its data address and length."""
-    return array.__array_interface__["data"][0], nbytes
 
 
 def big_int_bytes(value: int) -> bytes:
@@ -90,26 +66,6 @@ def _big_int(value: int, path: str) -> bytes:
     return big_int_bytes(value)
 
 
-class _Planned:
-    """One distinct extent of data.bin and the array nodes that refer to it."""
-
-    __slots__ = ("array", "nodes", "offset", "nbytes")
-
-    def __init__(self, array: np.ndarray, offset: int, nbytes: int) -> None:
-        self.array = array  # C-contiguous, little-endian; kept alive until written
-        self.nodes: list[list[Any]] = []
-        self.offset = offset
-        self.nbytes = nbytes
-
-    @property
-    def buffer(self) -> memoryview:
-        """The extent's bytes (no copy)."""
-        try:
-            return self.array.data.cast("B")  # .data is memoryview(array), typed as one on Python 3.11
-        except (TypeError, ValueError):  # dtypes without a buffer format (ml_dtypes, 0-d arrays)
-            return self.array.reshape(-1).view(np.uint8).data
-
-
 #: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
 _DTYPE_NAMES: dict[np.dtype, tuple[str, bool]] = {}
 
@@ -123,30 +79,27 @@ def _name_of(dtype: np.dtype) -> tuple[str, bool]:
     return cached
 
 
-@functools.lru_cache(maxsize=256)
-def _x8n(nbytes: int) -> int:
-    """x^(8 * nbytes) mod P, memoised: models repeat the same tensor sizes."""
-    return _x8nmodp(nbytes)
-
-
-def _combine(crc1: int, crc2: int, len2: int) -> int:
-    """:func:`crc32c_combine` with the length-dependent factor memoised."""
-    return _multmodp(_x8n(len2), crc1) ^ crc2
-
-
 class TreePlan:
     """The msgpack-ready node structure of a value and the arrays to write, with offsets."""
 
-    def __init__(self, value: Any, converter: Converter | None = None) -> None:
+    def __init__(self, value: Any, converter: Converter | None = None, *, rank: int = 0) -> None:
         self._convert = converter
-        self.extents: list[_Planned] = []
-        self._by_address: dict[tuple[int, int], _Planned] = {}
-        # Arrays that own their memory cannot share it with another owner: they are keyed by
-        # object until the first view (which may alias one) turns on keying by data address.
-        self._by_id: dict[int, _Planned] = {}
-        self._by_address_mode = False
-        self.data_size = 0
+        self._rank = rank
+        #: ``data.bin``: every tag-6 array's extent.
+        self.data = DataFilePlan()
+        #: This rank's shard data file and tag-10 nodes; None until the tree holds a :class:`ShardedValue`.
+        self.shards: ShardPlan | None = None
         self.root = self._node(value, 0, "$")
+
+    @property
+    def extents(self) -> list[Any]:
+        """The distinct extents of ``data.bin``, in file order."""
+        return self.data.extents
+
+    @property
+    def data_size(self) -> int:
+        """The size of ``data.bin``."""
+        return self.data.size
 
     # -- planning ---------------------------------------------------------------
     def _node(self, value: Any, depth: int, path: str) -> Any:
@@ -193,6 +146,8 @@ class TreePlan:
             return self._array(_plain_array(value, path), path)
         if isinstance(value, PRNGKeyValue):
             return self._prng_key(value, path)
+        if kind is ShardedValue:
+            return self._sharded(value, path)
         if isinstance(value, DtypeValue):
             return [_MARK[Tag.DTYPE], value.name]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
@@ -220,6 +175,12 @@ class TreePlan:
             fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
         raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
                                field=path, rule="R-WTR-3")
+
+    def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
+        """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
+        if self.shards is None:
+            self.shards = ShardPlan(self._rank)
+        return self.shards.node(value, path)
 
     def _plain_mapping(self, value: Mapping[Any, Any], path: str) -> Mapping[Any, Any]:
         """A mapping that is not a plain ``dict``, if it comes back as one without losing anything.
@@ -315,38 +276,18 @@ class TreePlan:
         node: list[Any] = [_MARK_ARRAY, name, array.shape, 0, nbytes, 0]
         if nbytes == 0:
             return node
-        if flags.owndata and not self._by_address_mode:
-            planned = self._by_id.get(id(array))
-            if planned is None:
-                planned = self._by_id[id(array)] = self._plan_extent(array, nbytes)
-        else:
-            if not self._by_address_mode:
-                self._by_address_mode = True
-                for earlier in self._by_id.values():
-                    self._by_address.setdefault(_address(earlier.array, earlier.nbytes), earlier)
-            address = _address(array, nbytes)
-            planned = self._by_address.get(address)
-            if planned is None:
-                planned = self._by_address[address] = self._plan_extent(array, nbytes)
+        planned = self.data.extent_for(array, nbytes)
         node[3] = planned.offset
         planned.nodes.append(node)
         return node
 
-    def _plan_extent(self, array: np.ndarray, nbytes: int) -> _Planned:
-        offset = -(-self.data_size // ALIGNMENT) * ALIGNMENT
-        planned = _Planned(array, offset, nbytes)
-        self.extents.append(planned)
-        self.data_size = offset + nbytes
-        return planned
-
-    # -- writing ----------------------------------------------------------------
     def write_data(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
         """Stream every extent to ``path``; fill in each array node's crc32c; return the file entry."""
-        with open(path, "wb", buffering=0) as out:
-            entry = self.stream_data(out, sha256=sha256)
-            if durable:
-                os.fsync(out.fileno())
-        return entry
+        return self.data.write(path, durable=durable, sha256=sha256)
+
+    def stream_data(self, out: Writable, *, sha256: bool) -> dict[str, Any]:
+        """Write every extent to ``out`` in order; fill in each array node's crc32c; return the file entry."""
+        return self.data.stream(out, sha256=sha256)
 
     def size_bound(self) -> int:
         """The most bytes :meth:`pack` can return once the checksums are filled in.
@@ -354,7 +295,7 @@ class TreePlan:
         A checksum is the only value not known before the data is written, and msgpack stores
         any 32-bit unsigned int in at most 5 bytes, the width of 0xFFFFFFFF.
         """
-        nodes = [node for extent in self.extents for node in extent.nodes]
+        nodes = self.data.nodes()
         saved = [node[5] for node in nodes]
         for node in nodes:
             node[5] = 0xFFFFFFFF
@@ -363,60 +304,6 @@ class TreePlan:
         finally:
             for node, value in zip(nodes, saved, strict=True):
                 node[5] = value
-
-    def stream_data(self, out: Writable, *, sha256: bool) -> dict[str, Any]:
-        """Write every extent to ``out`` in order; fill in each array node's crc32c; return the file entry."""
-        digest = new_sha256() if sha256 else None
-        file_crc = 0
-        pending = bytearray()
-        position = 0
-        with ThreadPoolExecutor(1, "oc-crc32c") as pool:
-
-            def emit(chunk: Any) -> None:
-                view = memoryview(chunk)
-                for start in range(0, len(view), _WRITE_CHUNK):
-                    piece = view[start : start + _WRITE_CHUNK]
-                    while piece:
-                        written = out.write(piece)
-                        assert written is not None
-                        piece = piece[written:]
-                if digest is not None:
-                    digest.update(chunk)
-
-            for extent in self.extents:
-                padding = extent.offset - position
-                if padding:
-                    pending += _ZEROS[:padding]
-                buffer = extent.buffer
-                if extent.nbytes < _COALESCE_BYTES:
-                    # The file CRC of gathered bytes is computed over the whole buffer when it is
-                    # written (one call), not combined per array.
-                    crc = _crc32c(buffer)
-                    pending += buffer
-                    if len(pending) >= _PENDING_BYTES:
-                        file_crc = _crc32c(pending, file_crc)
-                        emit(pending)
-                        pending = bytearray()
-                else:
-                    if pending:
-                        file_crc = _crc32c(pending, file_crc)
-                        emit(pending)
-                        pending = bytearray()
-                    if extent.nbytes >= _THREADED_CRC_BYTES:
-                        future: Future[int] = pool.submit(_crc32c, buffer)
-                        emit(buffer)
-                        crc = future.result()
-                    else:
-                        crc = _crc32c(buffer)
-                        emit(buffer)
-                    file_crc = _combine(file_crc, crc, extent.nbytes)
-                for node in extent.nodes:
-                    node[5] = crc
-                position = extent.offset + extent.nbytes
-            if pending:
-                file_crc = _crc32c(pending, file_crc)
-                emit(pending)
-        return file_entry(position, file_crc, digest)
 
     def pack(self) -> bytes:
         """The msgpack bytes of the document (after :meth:`write_data` filled the checksums)."""
@@ -465,7 +352,21 @@ def write_tree(
     written once, at their final offset; the tree document, which needs their checksums, fills the
     room reserved before them).
     """
-    plan = TreePlan(value, converter)
+    sink = current_sink()
+    plan = TreePlan(value, converter, rank=0 if sink is None else sink.rank)
+    if sink is not None:
+        return sink.write_tree(plan, directory, durable=durable, sha256=sha256, archive=archive,
+                               member_prefix=member_prefix)
+    return write_plan(plan, directory, durable=durable, sha256=sha256, archive=archive, member_prefix=member_prefix)
+
+
+def write_plan(
+    plan: TreePlan, directory: Path, *, durable: bool, sha256: bool, archive: ArchiveWriter | None,
+    member_prefix: str,
+) -> dict[str, dict[str, Any]]:
+    """Write every file of a planned tree that one process saves whole; their file entries."""
+    if plan.shards is not None:
+        return write_sharded_tree(plan, directory, durable=durable, sha256=sha256, archive=archive)
     if archive is None:
         data_entry = plan.write_data(directory / "data.bin", durable=durable, sha256=sha256)
         tree_entry = write_small_file(directory / "tree.msgpack", plan.pack(), durable=durable, sha256=sha256)
@@ -478,4 +379,24 @@ def write_tree(
     return {"tree.msgpack": small_file_entry(packed, sha256=sha256), "data.bin": data_entry}
 
 
-__all__ = ["NOT_HANDLED", "TreePlan", "Writable", "big_int_bytes", "small_file_entry", "write_small_file", "write_tree"]
+def write_sharded_tree(plan: TreePlan, directory: Path, *, durable: bool, sha256: bool,
+                       archive: ArchiveWriter | None) -> dict[str, dict[str, Any]]:
+    """Write a tree holding sharded arrays that one process saves whole: its shard file, data.bin, tree.msgpack.
+
+    Only the directory form: a shard data file is a file of the component
+    directory, and the archive writer streams its members in one pass.
+    """
+    assert plan.shards is not None
+    if archive is not None:
+        raise UnsupportedValue("sharded arrays are saved in the directory form only (format='directory')",
+                               rule="R-WTR-3")
+    entries = plan.shards.write(directory, durable=durable, sha256=sha256)
+    for path, node in plan.shards.nodes:
+        check_cover(node[2], node[3], path)
+    data_entry = plan.write_data(directory / "data.bin", durable=durable, sha256=sha256)
+    tree_entry = write_small_file(directory / "tree.msgpack", plan.pack(), durable=durable, sha256=sha256)
+    return {"tree.msgpack": tree_entry, "data.bin": data_entry, **entries}
+
+
+__all__ = ["NOT_HANDLED", "TreePlan", "Writable", "big_int_bytes", "small_file_entry", "write_plan",
+           "write_sharded_tree", "write_small_file", "write_tree"]

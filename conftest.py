@@ -1,0 +1,22 @@
+"""Session-wide test set-up that must happen before any test module is imported.
+
+Eight host CPU devices for JAX, so the sharded ``jax.Array`` tests (meshes of
+4x2, 2x4, 8) run in the test process itself rather than in one subprocess
+each. XLA reads ``XLA_FLAGS`` once, when the first JAX backend starts, so the
+flag is set here, when pytest loads this file at start-up, before it imports
+any test module. (At the repository root, outside the test paths: a second
+``conftest.py`` under ``tests/`` would clash with ``tests/conformance/conftest.py``,
+which is importable as ``conftest`` from pytest's ``pythonpath``, when
+``--doctest-modules`` imports it.) A single device (what users get by default) stays the
+default device: ``jax.device_put`` without a sharding still uses device 0.
+An ``XLA_FLAGS`` the caller set is kept, with the flag added.
+"""
+
+from __future__ import annotations
+
+import os
+
+_DEVICES = "--xla_force_host_platform_device_count=8"
+
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICES}".strip()

@@ -1,0 +1,141 @@
+"""JAX values in the tree vocabulary and back: arrays, PRNG keys and dtypes out, the JAX framework in.
+
+Writing (:func:`to_tree_value`, called by the tree encoder for objects of the
+``jax``/``jaxlib``/``flax``/``optax`` modules) and reading
+(:data:`FRAMEWORK`, ``framework="jax"``), as :mod:`opencheckpoint.adapters.jax`
+describes; that module re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..dtypes import dtype_name
+from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..tree.encode import NOT_HANDLED
+from ..tree.nodes import DtypeValue, PRNGKeyValue
+from . import jax_sharding
+
+#: PRNG implementations a key may be stored with (the spec's built-in names).
+KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+_X64_DTYPES = frozenset({"int64", "uint64", "float64", "complex128"})
+
+
+def _nnx() -> Any:
+    """``flax.nnx`` if Flax is already imported (a Flax object implies it is), else None."""
+    return sys.modules.get("flax.nnx")
+
+
+# -- writing -------------------------------------------------------------------------------
+def is_key(value: Any) -> bool:
+    """True for typed PRNG key arrays and abstract keys (``ShapeDtypeStruct`` of a key dtype)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)  # jax.dtypes does not export it
+
+
+def key_impl_name(dtype: Any) -> str:
+    """The implementation name of a key dtype (``key<fry>`` -> ``threefry2x32``)."""
+    impl = getattr(dtype, "_impl", None)
+    name = getattr(impl, "name", None)
+    if name not in KEY_IMPLS:
+        raise UnsupportedValue(f"PRNG key implementation {name or dtype!s} has no OpenCheckpoint name "
+                               f"(supported: {', '.join(KEY_IMPLS)})", rule="R-TREE-25")
+    return str(name)
+
+
+def _host_array(value: jax.Array) -> np.ndarray:
+    if isinstance(value, jax.core.Tracer):
+        raise UnsupportedValue("cannot save a traced value; save outside jit/grad/vmap")
+    if not value.is_fully_addressable:
+        if value.sharding.is_fully_replicated:  # every process holds all of it: this process's copy
+            return np.asarray(value.addressable_data(0))
+        raise UnsupportedValue("array is not fully addressable from this process (multi-host); "
+                               "gather it or save per process")
+    return np.asarray(value)
+
+
+def to_tree_value(value: Any) -> Any:
+    """Tree-vocabulary replacement for a JAX/Flax/optax object, or ``NOT_HANDLED``."""
+    if isinstance(value, jax.Array):
+        if is_key(value):
+            return PRNGKeyValue(key_impl_name(value.dtype), _host_array(jax.random.key_data(value)))
+        if not isinstance(value, jax.core.Tracer) and jax_sharding.is_sharded(value):
+            return jax_sharding.sharded_value(value)  # shard by shard; format version 2 (tag 10)
+        return _host_array(value)
+    if isinstance(value, jax.ShapeDtypeStruct):
+        raise UnsupportedValue("an abstract ShapeDtypeStruct has no values to save")
+    dtype = getattr(value, "dtype", None) if isinstance(value, type) else None
+    if isinstance(dtype, np.dtype):
+        return DtypeValue(dtype_name(dtype))  # jnp.float32 and friends
+    nnx = _nnx()
+    if nnx is not None:
+        if isinstance(value, nnx.Variable):
+            return value.get_value()
+        if isinstance(value, nnx.Pytree):
+            return nnx.to_pure_dict(nnx.state(value))
+    if isinstance(value, Mapping):
+        return dict(value.items())
+    return NOT_HANDLED
+
+
+# -- reading -------------------------------------------------------------------------------
+def placement(map_location: Any) -> Any:
+    """A ``jax.Device`` or ``Sharding`` for ``map_location`` (None: JAX's default device)."""
+    if map_location is None or isinstance(map_location, (jax.Device, jax.sharding.Sharding)):
+        return map_location
+    if isinstance(map_location, str):
+        platform, _, index = map_location.partition(":")
+        try:
+            return jax.devices(platform)[int(index or 0)]
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise CheckpointError(f"map_location {map_location!r} names no JAX device: {exc}") from None
+    raise TypeError(f"map_location must be None, a jax.Device, a Sharding or a platform name, "
+                    f"got {type(map_location).__name__}")
+
+
+def _check_x64(name: str) -> None:
+    # jax defines its options as attributes at runtime; its Config class does not declare them
+    if name in _X64_DTYPES and not jax.config.jax_enable_x64:  # type: ignore[attr-defined]
+        raise IncompatibleComponent(
+            f"a {name} array cannot be loaded into JAX while jax_enable_x64 is off (JAX would truncate it "
+            "to 32 bits); enable it with jax.config.update('jax_enable_x64', True) or read with "
+            "framework='numpy'")
+
+
+class JaxFramework:
+    """Turns stored leaves into JAX objects with the exact stored dtype and bits."""
+
+    name = "jax"
+
+    def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
+        _check_x64(dtype_name(data.dtype))
+        try:
+            placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+        except ValueError as exc:
+            if data.size:
+                raise
+            # JAX refuses empty arrays whose non-zero dimensions multiply past 2**63 (e.g. [2**61, 3, 0])
+            raise IncompatibleComponent(f"JAX cannot represent an empty {data.dtype.name} array of shape "
+                                        f"{list(data.shape)} ({exc}); read it with framework='numpy'") from None
+        return placed
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
+        if impl not in KEY_IMPLS:
+            raise IncompatibleComponent(f"PRNG key implementation {impl!r} is not one JAX provides")
+        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, placement(map_location)), impl=impl)
+        return key
+
+    def dtype(self, name: str) -> np.dtype:
+        return jnp.dtype(name)
+
+
+FRAMEWORK = JaxFramework()
+
+
+__all__ = ["FRAMEWORK", "KEY_IMPLS", "JaxFramework", "is_key", "key_impl_name", "placement", "to_tree_value"]

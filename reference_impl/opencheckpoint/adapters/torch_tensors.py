@@ -1,0 +1,233 @@
+"""Torch tensors and NumPy arrays, bit for bit: the dtype table, tensors to arrays and back, ``map_location``.
+
+Split from :mod:`opencheckpoint.adapters.torch` (which re-exports every name):
+the array-level half of the torch adapter, used by the live-object adapters, the
+sharded-tensor conversions (:mod:`.torch_dtensor`) and the converters.
+
+>>> import torch, numpy as np
+>>> tensor_to_numpy(torch.arange(3, dtype=torch.bfloat16)).dtype.name
+'bfloat16'
+>>> FRAMEWORK.array(np.arange(3, dtype=np.uint16)).dtype
+torch.uint16
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dtypes import dtype_name, numpy_dtype
+from ..errors import IncompatibleComponent, UnsupportedValue
+from ..tree.decode import empty_array
+from ..tree.nodes import PRNGKeyValue
+
+#: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
+TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
+    getattr(torch, name): name
+    for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in TORCH_DTYPE_NAMES.items()}
+
+#: dtypes torch cannot hand to NumPy directly: reinterpret through a same-width integer type.
+_BIT_CARRIERS: dict[str, tuple[torch.dtype, type]] = {
+    name: (torch.int16, np.int16) if TORCH_DTYPES[name].itemsize == 2 else (torch.uint8, np.uint8)
+    for name in TORCH_DTYPES
+    if name == "bfloat16" or name.startswith("float8")
+}
+
+
+def dtype_name_of(dtype: torch.dtype) -> str:
+    """The spec name of a torch dtype; :class:`UnsupportedValue` for dtypes outside the table."""
+    name = TORCH_DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
+    return name
+
+
+def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy array with the tensor's exact bits; shares memory with CPU tensors (no copy).
+
+    >>> t = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    >>> a = tensor_to_numpy(t)
+    >>> a.dtype.name, a.ctypes.data == t.data_ptr()
+    ('bfloat16', True)
+    """
+    if tensor.layout != torch.strided:
+        raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
+                               rule="R-TREE-1")
+    if tensor.is_quantized or tensor.is_nested:
+        raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
+                               rule="R-TREE-1")
+    _check_has_host_data(tensor)
+    name = dtype_name_of(tensor.dtype)
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()  # a device tensor has no host memory to share: one copy is unavoidable
+    # Lazy conjugate / negative views are flags, not bits: materialize them.
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
+        return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
+    carrier = _BIT_CARRIERS.get(name)
+    if carrier is None:
+        return tensor.numpy()
+    return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+
+
+#: Tensor types whose bytes are the tensor's own storage: everything else is refused at save.
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _check_has_host_data(tensor: torch.Tensor) -> None:
+    """Refuse tensors whose values are not in their own storage (R-WTR-3): never store what is not the data.
+
+    A wrapper subclass (``DTensor``, ``FakeTensor``, ``FunctionalTensor``)
+    or any other subclass may hold its values elsewhere (a DTensor's local
+    shard; nowhere at all), and ``Tensor.numpy()`` on it would read
+    uninitialized memory. Meta tensors and storage-less tensors have no data.
+    """
+    kind = type(tensor)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if kind not in _PLAIN_TENSOR_TYPES:
+        if kind.__name__ == "DTensor":
+            fix = ("gather it with .full_tensor() (or store each rank's .to_local() shard under its own "
+                   "component name) until sharded saves exist")
+        elif kind.__name__ in ("FakeTensor", "FunctionalTensor"):
+            fix = "it has no real data: save the real model outside the tracing/compilation context"
+        else:
+            fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
+        raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
+                               f"its own storage; {fix}", rule="R-WTR-3")
+    if tensor._is_zerotensor():  # an autograd placeholder for zeros: it has no storage to read
+        raise UnsupportedValue("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
+                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead", rule="R-WTR-3")
+    if tensor.device.type == "meta":
+        raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)", rule="R-WTR-3")
+    try:
+        tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", rule="R-WTR-3") from None
+
+
+
+# -- reading -------------------------------------------------------------------------------
+
+#: ``map_location`` forms accepted, as with :func:`torch.load`.
+MapLocation = str | torch.device | Mapping[str, Any] | Callable[[torch.Tensor, str], Any] | None
+
+#: Stored bytes live on the host: the "source location" seen by a dict or callable map_location.
+SOURCE_LOCATION = "cpu"
+
+
+def target_device(map_location: MapLocation) -> torch.device | None:
+    """The device a str/device/dict ``map_location`` sends stored (host) tensors to; None keeps them on CPU.
+
+    A dict maps source location strings to targets; stored bytes come from the
+    host, so the ``"cpu"`` entry applies (as for CPU tensors in ``torch.load``).
+
+    >>> target_device({"cuda:0": "cuda:1", "cpu": "meta"})
+    device(type='meta')
+    >>> target_device(None) is None
+    True
+    """
+    if map_location is None or (callable(map_location) and not isinstance(map_location, Mapping)):
+        return None
+    if isinstance(map_location, Mapping):
+        target = map_location.get(SOURCE_LOCATION)
+        return None if target is None else torch.device(target)
+    return torch.device(map_location)
+
+
+def numpy_to_tensor(data: np.ndarray, *, share: bool = True) -> torch.Tensor:
+    """A CPU tensor with the array's exact bits; shares memory when ``share`` and the array is writable."""
+    if not (share and data.flags.writeable and data.flags.c_contiguous):
+        data = np.array(data, order="C")  # torch tensors are writable: never hand out a read-only map
+    return _wrap(data)
+
+
+def _wrap(data: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` for every table dtype (bfloat16/float8 through a same-width integer view)."""
+    dtype = _torch_dtype_for(data)
+    if data.size == 0:  # no byte to share; NumPy may refuse views of e.g. shape [2**61, 3, 0]
+        return torch.empty(data.shape, dtype=dtype)
+    if not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data)
+    carrier = _BIT_CARRIERS.get(TORCH_DTYPE_NAMES[dtype])
+    if carrier is None:
+        return torch.from_numpy(data)
+    return torch.from_numpy(data.view(carrier[1])).view(dtype)
+
+
+def _torch_dtype_for(data: np.ndarray) -> torch.dtype:
+    name = dtype_name(data.dtype)
+    dtype = TORCH_DTYPES.get(name)
+    if dtype is None:
+        raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
+                                    rule="R-DT-1")
+    return dtype
+
+
+def place(tensor: torch.Tensor, map_location: MapLocation) -> torch.Tensor:
+    """Move a freshly read CPU tensor where ``map_location`` says."""
+    if map_location is None:
+        return tensor
+    if callable(map_location) and not isinstance(map_location, Mapping):
+        moved = map_location(tensor, SOURCE_LOCATION)
+        if moved is None:  # torch.load convention: None means "leave it where it is"
+            return tensor
+        if not isinstance(moved, torch.Tensor):
+            raise TypeError(f"map_location callable returned {type(moved).__name__}, expected a tensor")
+        return moved
+    device = target_device(map_location)
+    return tensor if device is None or device.type == "cpu" else tensor.to(device)
+
+
+class TorchFramework:
+    """Stored arrays as torch tensors (exact dtype and bits); keys as :class:`PRNGKeyValue`."""
+
+    name = "torch"
+
+    def array(self, data: np.ndarray, *, map_location: MapLocation = None) -> torch.Tensor:
+        return place(numpy_to_tensor(data), map_location)
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: MapLocation = None) -> Any:
+        # torch has no typed keys: keep the implementation name next to the key bits.
+        return PRNGKeyValue(impl, data)
+
+    def dtype(self, name: str) -> torch.dtype:
+        dtype = TORCH_DTYPES.get(name)
+        if dtype is None:
+            raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
+                                        rule="R-DT-1")
+        return dtype
+
+
+FRAMEWORK = TorchFramework()
+
+
+class _TransientViews(TorchFramework):
+    """Read-only map views as tensors that are only copied from (load_state_dict), never written.
+
+    Skips the copy out of the map: ``load_state_dict`` copies each verified
+    view straight into the existing parameter.
+    """
+
+    def array(self, data: np.ndarray, *, map_location: MapLocation = None) -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "non-writable array": it is only read from
+            return _wrap(data)
+
+
+_VIEWS = _TransientViews()

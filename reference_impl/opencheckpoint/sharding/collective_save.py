@@ -1,0 +1,125 @@
+"""The collective save: every rank of a group writes its shards, the coordinator publishes once.
+
+The writer procedure of format version 2 (spec ``opencheckpoint-v2.md``):
+
+1. The coordinator (rank 0) checks the target with the rules of a
+   single-process save (R-PUB: nothing there, or a checkpoint it may replace),
+   creates the staging directory and broadcasts its path (or its error).
+2. Every rank runs the adapters: it writes its own ``shards/rank-NNNNN.bin``
+   into the staging directory; the coordinator also writes ``data.bin`` (tag-6
+   arrays) and any json or files component.
+3. Every rank sends the coordinator its shard file entries and shard records as
+   JSON bytes (or the error that stopped it).
+4. The coordinator merges the records, checks each sharded array is tiled,
+   writes ``tree.msgpack`` and ``manifest.json`` once, and publishes atomically,
+   exactly as a single-process save (:class:`~opencheckpoint.container.staged.StagedCheckpoint`).
+5. The coordinator broadcasts the outcome; every rank raises the error if any.
+
+If any rank fails or dies, nothing is published: the coordinator removes the
+staging directory (if it dies itself, the directory is debris the next save
+removes), the previous checkpoint at the target is untouched, and every surviving
+rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
+:class:`CollectiveError` when the group broke) within the collective's timeout.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..container.staged import StagedCheckpoint
+from ..errors import UnsupportedValue
+from ..tree.sink import installed
+from .collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
+from .sink import RankSink
+
+__all__ = ["WriteComponents", "save_collective"]
+
+#: Runs the adapters of every component below a root directory; returns the component records by name.
+WriteComponents = Callable[[Path], dict[str, dict[str, Any]]]
+#: Builds the manifest body from the finished component records.
+BuildBody = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
+
+
+def save_collective(target: Path, collective: Collective, write: WriteComponents, body: BuildBody, *,
+                    durable: bool, overwrite: bool) -> None:
+    """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere."""
+    rank = collective.rank
+    staged, opening, refused = _open_staging(target, durable, overwrite) if rank == 0 else (None, None, None)
+    failure: BaseException | None = None
+    try:
+        opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
+                           "staging directory")
+        if not opened["ok"]:
+            raise refused or error_from_json(opened["error"])  # the coordinator re-raises its own error
+        staging = Path(opened["staging"])
+        if opened["target"] != str(target):
+            failure = UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
+                                       "every rank of a collective save passes the same path", field="path")
+            records: dict[str, dict[str, Any]] = {}
+            report = {"ok": False, "error": error_to_json(failure, rank)}
+        else:
+            sink = RankSink(rank, staging, durable=durable)
+            records, failure, report = _write_rank(sink, write)
+        gathered = collective.gather_bytes(to_json(report))
+        outcome: dict[str, Any] | None = None
+        if staged is not None:
+            if gathered is None:
+                raise CollectiveError("the coordinator received no reports from the gather")
+            outcome, coordinator_failure = _finish(staged, sink, records, gathered, body, failure)
+            failure = failure or coordinator_failure
+        outcome = from_json(collective.broadcast_bytes(None if outcome is None else to_json(outcome)), "outcome")
+    finally:
+        if staged is not None:
+            staged.__exit__(None, None, None)  # removes the staging directory unless it was published
+    if failure is not None:
+        raise failure
+    if not outcome["ok"]:
+        raise error_from_json(outcome["error"])
+
+
+def _open_staging(target: Path, durable: bool, overwrite: bool,
+                  ) -> tuple[StagedCheckpoint | None, dict[str, Any], Exception | None]:
+    """Coordinator, step 1: the entered staging checkpoint and the message announcing it, or the refusal
+    (message and error)."""
+    staged = StagedCheckpoint(target, form="directory", durable=durable, overwrite=overwrite)
+    try:
+        staged.__enter__()
+    except Exception as exc:  # the other ranks wait for this message: they get the error instead
+        staged.__exit__(None, None, None)
+        return None, {"ok": False, "error": error_to_json(exc, 0)}, exc
+    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target)}, None
+
+
+def _write_rank(sink: RankSink, write: WriteComponents,
+                ) -> tuple[dict[str, dict[str, Any]], BaseException | None, dict[str, Any]]:
+    """Step 2: run the adapters through ``sink``; the records, the error if any, and the report for rank 0."""
+    try:
+        with installed(sink):
+            records = write(sink.root)
+    except Exception as exc:  # reported to the coordinator, then re-raised here after the outcome
+        return {}, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
+    finally:
+        if sink.rank != 0:
+            shutil.rmtree(sink.root, ignore_errors=True)
+    return records, None, {"ok": True, "trees": sink.report}
+
+
+def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[str, Any]], gathered: list[bytes],
+            body: BuildBody, failure: BaseException | None) -> tuple[dict[str, Any], BaseException | None]:
+    """Coordinator, steps 4 and 5: publish when every rank succeeded; the outcome to broadcast, and its error."""
+    reports = [from_json(data, "rank report") for data in gathered]
+    failed = next((report for report in reports if not report.get("ok")), None)
+    if failed is not None:
+        return {"ok": False, "error": failed["error"]}, None
+    if failure is not None:
+        return {"ok": False, "error": error_to_json(failure, 0)}, None
+    try:
+        sink.finish(records, [report["trees"] for report in reports])
+        staged.commit(body(records))
+    except Exception as exc:
+        return {"ok": False, "error": error_to_json(exc, 0)}, exc
+    return {"ok": True}, None
+

@@ -1,0 +1,129 @@
+"""The tree sinks of a save: what each rank writes of a tree, and what the coordinator finishes.
+
+:class:`LocalSink` serves a single-process save: every tree is written whole at
+once (:func:`~opencheckpoint.tree.encode.write_plan`), and the sink remembers the
+components holding sharded arrays (they are ``tree`` kind_version 2).
+
+:class:`RankSink` serves one rank of a collective save. Every rank writes its own
+shard data file; the coordinator also writes ``data.bin`` (tag-6 arrays, that
+is plain tensors, are written by the coordinator only) and keeps the plan, whose
+``tree.msgpack`` it writes once every rank's shard records are in
+(:meth:`RankSink.finish`). Other ranks run the adapters into a private scratch
+directory (a json or files component is the coordinator's to write), mapped back
+to the staging directory for their shard files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UnsupportedValue
+from ..tree.encode import write_plan, write_small_file
+from ..tree.shard_plan import merge_records
+
+if TYPE_CHECKING:
+    from ..container.archive_writer import ArchiveWriter
+    from ..tree.encode import TreePlan
+
+__all__ = ["LocalSink", "RankSink"]
+
+
+class LocalSink:
+    """Writes every tree at once, as one process saving alone; notes which components hold sharded arrays."""
+
+    rank = 0
+
+    def __init__(self) -> None:
+        #: Component directories whose tree holds a sharded array.
+        self.sharded: set[Path] = set()
+
+    def write_tree(self, plan: TreePlan, directory: Path, *, durable: bool, sha256: bool,
+                   archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
+        if plan.shards is not None:
+            self.sharded.add(directory)
+        return write_plan(plan, directory, durable=durable, sha256=sha256, archive=archive,
+                          member_prefix=member_prefix)
+
+
+class RankSink:
+    """One rank's part of the trees of a collective save into ``staging``."""
+
+    def __init__(self, rank: int, staging: Path, *, durable: bool) -> None:
+        self.rank = rank
+        self.staging = staging
+        self.durable = durable
+        #: Where this rank's adapters write: the staging directory itself on the coordinator, a private
+        #: temporary directory elsewhere (outside the staging directory, which only the coordinator creates).
+        self.root = staging if rank == 0 else Path(tempfile.mkdtemp(prefix=f"opencheckpoint-rank-{rank:05d}-"))
+        #: component path ("components/NAME") -> (plan, directory, sha256) awaiting tree.msgpack (coordinator).
+        self.pending: dict[str, tuple[TreePlan, Path, bool]] = {}
+        #: component path -> {"files": this rank's shard file entries, "sharded": records} (sent to rank 0).
+        self.report: dict[str, dict[str, Any]] = {}
+
+    def write_tree(self, plan: TreePlan, directory: Path, *, durable: bool, sha256: bool,
+                   archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
+        if archive is not None:
+            raise UnsupportedValue("a collective save writes the directory form only (format='directory')",
+                                   rule="R-WTR-3")
+        rel = directory.relative_to(self.root).as_posix()
+        real = self.staging / rel
+        if rel in self.report:
+            raise UnsupportedValue(f"{rel} was written twice in one save", rule="R-WTR-3")
+        if self.rank != 0 and plan.shards is not None and plan.shards.data.extents:
+            _make_below(self.staging, real / "shards")
+        entries = {} if plan.shards is None else plan.shards.write(real, durable=durable, sha256=sha256)
+        self.report[rel] = {"files": entries,
+                            "sharded": [] if plan.shards is None else plan.shards.summary()}
+        if self.rank != 0:
+            return entries
+        real.mkdir(parents=True, exist_ok=True)
+        self.pending[rel] = (plan, real, sha256)
+        return {"data.bin": plan.write_data(real / "data.bin", durable=durable, sha256=sha256), **entries}
+
+    def finish(self, records: dict[str, dict[str, Any]], reports: list[dict[str, Any]]) -> None:
+        """Coordinator: merge every rank's shard records, write each ``tree.msgpack``, complete ``records``.
+
+        ``reports`` holds every rank's :attr:`report`, in rank order; each tree
+        component's record gains the other ranks' shard files and, when it holds
+        a sharded array, ``kind_version`` 2.
+        """
+        by_path = {record["path"]: record for record in records.values()}
+        for rel, (plan, real, sha256) in self.pending.items():
+            theirs = []
+            for rank, report in enumerate(reports[1:], start=1):
+                if rel not in report:
+                    raise UnsupportedValue(f"rank {rank} did not write the tree of {rel}: every rank must save "
+                                           "the same components", rule="R-WTR-3")
+                theirs.append(report[rel])
+            if plan.shards is not None:
+                merge_records(plan.shards.nodes, [t["sharded"] for t in theirs], range(1, len(reports)))
+            elif any(t["sharded"] for t in theirs):
+                raise UnsupportedValue(f"other ranks saved sharded arrays in {rel}, the coordinator none: every "
+                                       "rank must save the same tree", rule="R-WTR-3")
+            tree = write_small_file(real / "tree.msgpack", plan.pack(), durable=self.durable, sha256=sha256)
+            record = by_path[rel]
+            files = {"tree.msgpack": tree, **record["files"]}
+            for their in theirs:
+                files.update(their["files"])
+            record["files"] = {key: files[key] for key in sorted(files, key=_file_order)}
+            if plan.shards is not None:
+                record["kind_version"] = 2
+
+
+def _make_below(staging: Path, directory: Path) -> None:
+    """Create ``directory`` below ``staging`` without ever creating ``staging`` itself.
+
+    When the coordinator has given up and removed the staging directory, a late
+    rank fails here instead of bringing it back (which would leave debris).
+    """
+    current = staging
+    for name in directory.relative_to(staging).parts:
+        current = current / name
+        current.mkdir(exist_ok=True)  # FileNotFoundError once the staging directory is gone
+
+
+def _file_order(key: str) -> tuple[int, str]:
+    """tree.msgpack, data.bin, then the shard files by rank (the order of the reference writer's inventory)."""
+    return ({"tree.msgpack": 0, "data.bin": 1}.get(key, 2), key)

@@ -1,0 +1,190 @@
+"""One data file being written: its distinct 64-byte aligned extents, streamed with their CRC-32C.
+
+``data.bin`` of a tree and each per-rank shard file ``shards/rank-NNNNN.bin`` are
+written by the same code: the planner asks :meth:`DataFilePlan.extent_for` for the
+extent of an array (arrays sharing memory share one extent) and appends the
+msgpack node that refers to it to ``extent.nodes``; :meth:`DataFilePlan.stream`
+writes every extent once, in order, and stores each extent's CRC-32C at index 5
+of each of its nodes (a tag-6 array node and a shard record both keep their
+``crc32c`` there).
+
+Array bytes go straight from the source buffer to the file (no serialization
+buffer). Big arrays are checksummed in a second thread while the main thread
+writes them (``crc32c`` releases the GIL); the file's own CRC-32C is derived from
+the array CRCs with :func:`crc32c_combine`, so no byte is hashed twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import crc32c as _crc32c_module
+import numpy as np
+
+from ..crc_combine import _multmodp, _x8nmodp
+from ..integrity import file_entry, new_sha256
+from ..limits import ALIGNMENT
+
+__all__ = ["DataFilePlan", "Writable"]
+
+
+class Writable(Protocol):
+    """Where :meth:`DataFilePlan.stream` writes: a raw file or an archive member stream."""
+
+    def write(self, buffer: Any, /) -> int | None: ...
+
+
+#: Arrays at least this big are checksummed in the helper thread while being written
+#: (below, the hand-off costs more than the overlap gains).
+_THREADED_CRC_BYTES: Final = 512 << 10
+#: Small arrays are gathered into one buffer to save system calls.
+_COALESCE_BYTES: Final = 64 << 10
+#: The gathered buffer is written (and folded into the file CRC) once it holds this much.
+_PENDING_BYTES: Final = 1 << 20
+_WRITE_CHUNK: Final = 16 << 20
+_ZEROS: Final = bytes(ALIGNMENT)
+
+_crc32c: Final = _crc32c_module.crc32c
+
+
+def _address(array: np.ndarray, nbytes: int) -> tuple[int, int]:
+    """The alias key of an array: its data address and length."""
+    return array.__array_interface__["data"][0], nbytes
+
+
+@functools.lru_cache(maxsize=256)
+def _x8n(nbytes: int) -> int:
+    """x^(8 * nbytes) mod P, memoised: models repeat the same tensor sizes."""
+    return _x8nmodp(nbytes)
+
+
+def _combine(crc1: int, crc2: int, len2: int) -> int:
+    """:func:`crc32c_combine` with the length-dependent factor memoised."""
+    return _multmodp(_x8n(len2), crc1) ^ crc2
+
+
+class _Planned:
+    """One distinct extent of a data file and the nodes that refer to it."""
+
+    __slots__ = ("array", "nodes", "offset", "nbytes")
+
+    def __init__(self, array: np.ndarray, offset: int, nbytes: int) -> None:
+        self.array = array  # C-contiguous, little-endian; kept alive until written
+        self.nodes: list[list[Any]] = []
+        self.offset = offset
+        self.nbytes = nbytes
+
+    @property
+    def buffer(self) -> memoryview:
+        """The extent's bytes (no copy)."""
+        try:
+            return self.array.data.cast("B")  # .data is memoryview(array), typed as one on Python 3.11
+        except (TypeError, ValueError):  # dtypes without a buffer format (ml_dtypes, 0-d arrays)
+            return self.array.reshape(-1).view(np.uint8).data
+
+
+class DataFilePlan:
+    """The extents of one data file, in file order, with offsets aligned to 64 bytes (R-ARR-9)."""
+
+    def __init__(self) -> None:
+        self.extents: list[_Planned] = []
+        self.size = 0
+        self._by_address: dict[tuple[int, int], _Planned] = {}
+        # Arrays that own their memory cannot share it with another owner: they are keyed by
+        # object until the first view (which may alias one) turns on keying by data address.
+        self._by_id: dict[int, _Planned] = {}
+        self._by_address_mode = False
+
+    def extent_for(self, array: np.ndarray, nbytes: int) -> _Planned:
+        """The extent holding ``array`` (C-contiguous, ``nbytes > 0``): an earlier one it aliases, or a new one."""
+        if array.flags.owndata and not self._by_address_mode:
+            planned = self._by_id.get(id(array))
+            if planned is None:
+                planned = self._by_id[id(array)] = self._new_extent(array, nbytes)
+            return planned
+        if not self._by_address_mode:
+            self._by_address_mode = True
+            for earlier in self._by_id.values():
+                self._by_address.setdefault(_address(earlier.array, earlier.nbytes), earlier)
+        address = _address(array, nbytes)
+        planned = self._by_address.get(address)
+        if planned is None:
+            planned = self._by_address[address] = self._new_extent(array, nbytes)
+        return planned
+
+    def _new_extent(self, array: np.ndarray, nbytes: int) -> _Planned:
+        offset = -(-self.size // ALIGNMENT) * ALIGNMENT
+        planned = _Planned(array, offset, nbytes)
+        self.extents.append(planned)
+        self.size = offset + nbytes
+        return planned
+
+    def nodes(self) -> list[list[Any]]:
+        """Every node that refers to an extent (their index 5 receives the extent's CRC-32C)."""
+        return [node for extent in self.extents for node in extent.nodes]
+
+    def write(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
+        """Stream every extent to ``path``; fill in each node's crc32c; return the file entry."""
+        with open(path, "wb", buffering=0) as out:
+            entry = self.stream(out, sha256=sha256)
+            if durable:
+                os.fsync(out.fileno())
+        return entry
+
+    def stream(self, out: Writable, *, sha256: bool) -> dict[str, Any]:
+        """Write every extent to ``out`` in order; fill in each node's crc32c; return the file entry."""
+        digest = new_sha256() if sha256 else None
+        file_crc = 0
+        pending = bytearray()
+        position = 0
+        with ThreadPoolExecutor(1, "oc-crc32c") as pool:
+
+            def emit(chunk: Any) -> None:
+                view = memoryview(chunk)
+                for start in range(0, len(view), _WRITE_CHUNK):
+                    piece = view[start : start + _WRITE_CHUNK]
+                    while piece:
+                        written = out.write(piece)
+                        assert written is not None
+                        piece = piece[written:]
+                if digest is not None:
+                    digest.update(chunk)
+
+            for extent in self.extents:
+                padding = extent.offset - position
+                if padding:
+                    pending += _ZEROS[:padding]
+                buffer = extent.buffer
+                if extent.nbytes < _COALESCE_BYTES:
+                    # The file CRC of gathered bytes is computed over the whole buffer when it is
+                    # written (one call), not combined per array.
+                    crc = _crc32c(buffer)
+                    pending += buffer
+                    if len(pending) >= _PENDING_BYTES:
+                        file_crc = _crc32c(pending, file_crc)
+                        emit(pending)
+                        pending = bytearray()
+                else:
+                    if pending:
+                        file_crc = _crc32c(pending, file_crc)
+                        emit(pending)
+                        pending = bytearray()
+                    if extent.nbytes >= _THREADED_CRC_BYTES:
+                        future: Future[int] = pool.submit(_crc32c, buffer)
+                        emit(buffer)
+                        crc = future.result()
+                    else:
+                        crc = _crc32c(buffer)
+                        emit(buffer)
+                    file_crc = _combine(file_crc, crc, extent.nbytes)
+                for node in extent.nodes:
+                    node[5] = crc
+                position = extent.offset + extent.nbytes
+            if pending:
+                file_crc = _crc32c(pending, file_crc)
+                emit(pending)
+        return file_entry(position, file_crc, digest)

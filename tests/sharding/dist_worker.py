@@ -1,0 +1,140 @@
+"""One rank of a gloo process group on this machine, run by the sharding tests as a subprocess.
+
+``python dist_worker.py SCENARIO RANK WORLD PORT PATH``: joins the group at
+127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``die``), and exits 0 when it
+did what the scenario expects (what it found is printed for the test to read).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+from opencheckpoint import Checkpoint
+from opencheckpoint.container import publish
+
+
+def model() -> torch.nn.Module:
+    """The same tiny MLP on every rank (seeded); 7 rows do not split evenly over 2 or 4 ranks."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+
+
+def sharded_model(world: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    net = model()
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    return net, optimizer
+
+
+def train_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    torch.manual_seed(1)
+    net(torch.randn(4, 5)).square().sum().backward()
+    optimizer.step()
+
+
+def extras(world: int) -> dict[str, object]:
+    """DTensors on a 1-D mesh (Shard(0), Replicate()) and, with 4 ranks, on a 2x2 mesh; a plain tensor."""
+    full = torch.arange(48, dtype=torch.float32).reshape(6, 8)
+    mesh = init_device_mesh("cpu", (world,))
+    values: dict[str, object] = {"rows": distribute_tensor(full, mesh, [Shard(0)]),
+                                 "copy": distribute_tensor(full * 2, mesh, [Replicate()]),
+                                 "plain": torch.arange(5)}
+    if world == 4:
+        grid = init_device_mesh("cpu", (2, 2))
+        values["grid"] = distribute_tensor(full * 3, grid, [Shard(0), Shard(1)])
+        values["half"] = distribute_tensor(full * 4, grid, [Replicate(), Shard(1)])
+    return values
+
+
+def save(rank: int, world: int, path: str) -> None:
+    net, optimizer = sharded_model(world)
+    train_step(net, optimizer)
+    Checkpoint(model=net, optim=optimizer, extra=extras(world)).save(path, timeout=60)
+    write_expected(rank, net, optimizer, path)
+    print(f"rank {rank}: saved", flush=True)
+
+
+def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str) -> None:
+    """The full values of the model and the Adam moments, for the test to compare with (rank 0 writes them)."""
+    def whole(tensor: torch.Tensor) -> np.ndarray:
+        return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach().numpy()
+
+    full = {f"model.{k}": whole(v) for k, v in net.state_dict().items()}
+    for index, state in optimizer.state_dict()["state"].items():
+        full[f"optim.{index}.exp_avg"] = whole(state["exp_avg"])
+    if rank == 0:
+        np.savez(path + ".expected.npz", **full)
+
+
+def load(rank: int, world: int, paths: str) -> None:
+    """Restore each checkpoint of ``paths`` (comma-separated; written by any number of ranks) into FSDP2."""
+    for path in paths.split(","):
+        net, optimizer = sharded_model(world)
+        Checkpoint(model=net, optim=optimizer).load(path)
+        expected = np.load(path + ".expected.npz")
+        for key, value in net.state_dict().items():
+            np.testing.assert_array_equal(value.full_tensor().detach().numpy(), expected[f"model.{key}"],
+                                          err_msg=key)
+        for index, state in optimizer.state_dict()["state"].items():
+            np.testing.assert_array_equal(state["exp_avg"].full_tensor().numpy(), expected[f"optim.{index}.exp_avg"])
+        train_step(net, optimizer)  # the restored state trains on: optimizer state has the parameters' placements
+        print(f"rank {rank}: loaded {path}", flush=True)
+
+
+def die(rank: int, world: int, path: str) -> None:
+    """Rank 1 is killed while writing its second component; the others must raise, not hang."""
+    if rank == 1:
+        def kill(operation: str) -> None:
+            if operation == "write-component:extra":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        publish.FAULT_HOOK = kill
+    net, _ = sharded_model(world)
+    start = time.monotonic()
+    try:
+        Checkpoint(model=net, extra=extras(world)).save(path, timeout=30)
+    except Exception as exc:  # the survivor's error, class and message, for the test to check
+        print(f"rank {rank}: raised {type(exc).__name__} after {time.monotonic() - start:.1f}s: {exc}", flush=True)
+        return
+    print(f"rank {rank}: saved", flush=True)
+
+
+def hang(rank: int, world: int, path: str) -> None:
+    """Rank 1 stalls (alive, not dead) before writing; the coordinator gives up after the save's timeout."""
+    if rank == 1:
+        publish.FAULT_HOOK = lambda operation: time.sleep(5) if operation.startswith("write-component") else None
+    try:
+        Checkpoint(extra={"x": np.arange(3)}).save(path, timeout=2)
+    except Exception as exc:
+        print(f"rank {rank}: raised {type(exc).__name__}: {exc}", flush=True)
+        return
+    print(f"rank {rank}: saved", flush=True)
+
+
+def main() -> None:
+    scenario, rank, world, port, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    {"save": save, "load": load, "die": die, "hang": hang}[scenario](rank, world, path)
+    if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

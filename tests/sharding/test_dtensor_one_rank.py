@@ -1,0 +1,85 @@
+"""DTensors in one process (a gloo group of one, no subprocess): saved as sharded arrays, restored verified.
+
+Multi-rank behaviour is in ``test_torch_distributed.py``; these check, cheaply,
+the conversions both directions and that a restore into DTensors verifies every
+shard before any parameter changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed.tensor")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor  # noqa: E402
+
+from opencheckpoint import Checkpoint, read_component  # noqa: E402
+from opencheckpoint.errors import IntegrityError, UnsupportedValue  # noqa: E402
+
+
+@pytest.fixture
+def mesh(tmp_path: Path) -> Iterator[object]:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+def _module(mesh: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 6)
+    for name, param in list(net.named_parameters()):
+        setattr(net, name, torch.nn.Parameter(distribute_tensor(param.detach(), mesh, [Shard(0)])))
+    return net
+
+
+def test_a_dtensor_module_is_saved_as_sharded_arrays_and_read_whole_in_a_plain_read(
+        mesh: object, tmp_path: Path) -> None:
+    net = _module(mesh)
+    path = Checkpoint(model=net, extra={"copy": distribute_tensor(torch.ones(3), mesh, [Replicate()])}).save(
+        tmp_path / "c")
+    body = json.loads((path / "manifest.json").read_bytes())
+    assert body["format_version"] == 2 and body["components"]["model"]["kind_version"] == 2
+    stored = read_component(path, "model")
+    np.testing.assert_array_equal(stored["weight"], net.weight.full_tensor().detach().numpy())
+    np.testing.assert_array_equal(read_component(path, "extra")["copy"], np.ones(3, np.float32))
+
+
+def test_a_corrupt_shard_fails_the_restore_before_any_parameter_changes(mesh: object, tmp_path: Path) -> None:
+    path = Checkpoint(model=_module(mesh)).save(tmp_path / "c")
+    target = _module(mesh)
+    with torch.no_grad():
+        target.weight.zero_()
+    Checkpoint(model=target).load(path)  # whole-shard fast path: restores the saved values
+    np.testing.assert_array_equal(target.weight.full_tensor().detach().numpy(),
+                                  _module(mesh).weight.full_tensor().detach().numpy())
+    shard = path / "components/model/shards/rank-00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with torch.no_grad():
+        target.weight.zero_()
+        target.bias.zero_()
+    with pytest.raises(IntegrityError):
+        Checkpoint(model=target).load(path)
+    assert not target.weight.full_tensor().any() and not target.bias.full_tensor().any()
+
+
+def test_a_partial_dtensor_is_refused(mesh: object, tmp_path: Path) -> None:
+    from torch.distributed.tensor import DTensor
+
+    pending = DTensor.from_local(torch.ones(3), mesh, [Partial()])
+    with pytest.raises(UnsupportedValue, match="Partial"):
+        Checkpoint(state={"p": pending}).save(tmp_path / "c")
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,185 @@
+"""Writing sharded arrays: tag-10 nodes, per-rank shard files, format version 2, the collective save engine.
+
+The files are read back with :func:`shard_helpers.read_raw` (manifest, msgpack and
+CRCs read directly), so these tests check the writer against the format itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shard_helpers import ThreadRank, ThreadWorld, read_raw
+
+from opencheckpoint import Checkpoint
+from opencheckpoint.errors import TargetExists, UnsupportedValue
+from opencheckpoint.sharding import CollectiveError, LocalCollective, LocalShard, ShardedValue
+
+FULL = np.arange(60, dtype=np.float32).reshape(6, 10)
+
+
+def rows(start: int, stop: int) -> LocalShard:
+    return LocalShard((start, 0), FULL[start:stop])
+
+
+def manifest(path: Path) -> dict:
+    return json.loads((path / "manifest.json").read_bytes())
+
+
+def test_a_sharded_value_is_written_as_tag_10_in_a_rank_file_and_makes_format_version_2(tmp_path: Path) -> None:
+    value = ShardedValue((6, 10), "float32", [rows(0, 4), rows(4, 6)])
+    path = Checkpoint(state={"w": value, "b": np.arange(3)}, config={"lr": 1}).save(tmp_path / "c")
+    body = manifest(path)
+    state = body["components"]["state"]
+    assert body["format_version"] == 2 and state["kind_version"] == 2
+    assert list(state["files"]) == ["tree.msgpack", "data.bin", "shards/rank-00000.bin"]
+    assert body["components"]["config"]["kind_version"] == 1
+    stored = read_raw(path, "state")
+    np.testing.assert_array_equal(stored["w"], FULL)
+    np.testing.assert_array_equal(stored["b"], np.arange(3))
+
+
+def test_without_sharded_values_a_save_stays_format_version_1(tmp_path: Path) -> None:
+    path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "c")
+    body = manifest(path)
+    assert body["format_version"] == 1 and body["components"]["state"]["kind_version"] == 1
+    assert list(body["components"]["state"]["files"]) == ["tree.msgpack", "data.bin"]
+
+
+def test_an_empty_sharded_array_has_no_shard_records_and_no_rank_file(tmp_path: Path) -> None:
+    value = ShardedValue((0, 10), "float32", [LocalShard((0, 0), np.zeros((0, 10), np.float32))])
+    path = Checkpoint(state={"e": value}).save(tmp_path / "c")
+    state = manifest(path)["components"]["state"]
+    assert state["kind_version"] == 2 and list(state["files"]) == ["tree.msgpack", "data.bin"]
+    assert read_raw(path, "state")["e"].shape == (0, 10)
+
+
+@pytest.mark.parametrize(("shards", "message"), [
+    ([rows(0, 4)], "some region was written by no rank"),
+    ([rows(0, 4), rows(3, 6)], "overlap"),
+    ([rows(0, 6), LocalShard((0, 0), FULL + 1)], "replicas"),
+    ([LocalShard((4, 0), FULL[:4])], "outside the global shape"),
+    ([LocalShard((0, 0), FULL.astype(np.float64))], "dtype"),
+])
+def test_shards_that_do_not_tile_the_array_are_refused_before_publication(
+        tmp_path: Path, shards: list[LocalShard], message: str) -> None:
+    previous = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "c")
+    before = (previous / "manifest.json").read_bytes()
+    with pytest.raises(UnsupportedValue, match=message) as caught:
+        Checkpoint(state={"w": ShardedValue((6, 10), "float32", shards)}).save(tmp_path / "c")
+    assert caught.value.field is not None and caught.value.field.startswith("$.w")
+    assert (previous / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c"]
+
+
+def test_replicas_with_equal_bytes_are_kept_and_tile(tmp_path: Path) -> None:
+    value = ShardedValue((6, 10), "float32", [rows(0, 6), LocalShard((0, 0), FULL.copy())])
+    path = Checkpoint(state={"w": value}).save(tmp_path / "c")
+    np.testing.assert_array_equal(read_raw(path, "state")["w"], FULL)
+
+
+def test_the_archive_form_refuses_sharded_values(tmp_path: Path) -> None:
+    value = ShardedValue((6, 10), "float32", [rows(0, 6)])
+    with pytest.raises(UnsupportedValue, match="directory form"):
+        Checkpoint(state={"w": value}, format="archive").save(tmp_path / "c.ocp")
+    assert not os.listdir(tmp_path)
+
+
+def test_a_local_collective_save_writes_the_same_bytes_as_a_plain_save(tmp_path: Path) -> None:
+    def save(path: Path, group: LocalCollective | None) -> Path:
+        value = ShardedValue((6, 10), "float32", [rows(0, 2), rows(2, 6)])
+        return Checkpoint(state={"w": value, "b": np.arange(3)}, config={"x": 1}).save(
+            path, checkpoint_id="fixed", created_at="2026-01-01T00:00:00Z", process_group=group)
+
+    plain, collective = save(tmp_path / "a", None), save(tmp_path / "b", LocalCollective())
+    files = sorted(p.relative_to(plain).as_posix() for p in plain.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(collective).as_posix() for p in collective.rglob("*") if p.is_file())
+    for name in files:
+        assert (plain / name).read_bytes() == (collective / name).read_bytes(), name
+
+
+def _rank_state(rank: int, size: int) -> dict:
+    """Rank r holds a band of rows and a replica written by rank 0 only; every rank has the plain array."""
+    bounds = np.linspace(0, 6, size + 1).astype(int)
+    band = ShardedValue((6, 10), "float32", [rows(int(bounds[rank]), int(bounds[rank + 1]))])
+    replica = ShardedValue((6, 10), "float32", [rows(0, 6)] if rank == 0 else [])
+    return {"band": band, "replica": replica, "plain": np.arange(4) * (rank + 1)}
+
+
+def test_three_ranks_write_their_own_shard_files_and_the_coordinator_publishes_once(tmp_path: Path) -> None:
+    target = tmp_path / "c"
+
+    def task(group: ThreadRank) -> Path:
+        return Checkpoint(state=_rank_state(group.rank, 3), config={"r": group.rank}).save(
+            target, process_group=group)
+
+    assert ThreadWorld(3).run(task) == [target] * 3
+    state = manifest(target)["components"]["state"]
+    assert list(state["files"]) == ["tree.msgpack", "data.bin"] + [f"shards/rank-0000{r}.bin" for r in range(3)]
+    stored = read_raw(target, "state")
+    np.testing.assert_array_equal(stored["band"], FULL)
+    np.testing.assert_array_equal(stored["replica"], FULL)
+    np.testing.assert_array_equal(stored["plain"], np.arange(4))  # plain arrays: the coordinator's
+    assert json.loads((target / "components/config/value.json").read_bytes()) == {"r": 0}
+    assert sorted(os.listdir(tmp_path)) == ["c"]  # no staging or scratch directory left
+
+
+def test_an_error_on_one_rank_is_raised_on_every_rank_and_nothing_is_published(tmp_path: Path) -> None:
+    previous = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "c")
+    before = (previous / "manifest.json").read_bytes()
+
+    def task(group: ThreadRank) -> Path:
+        state = _rank_state(group.rank, 3)
+        if group.rank == 2:
+            state["bad"] = object()
+        return Checkpoint(state=state).save(previous, process_group=group)
+
+    results = ThreadWorld(3).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert "rank 2" in str(results[0]) and "rank 2" in str(results[1]) and "$.bad" in str(results[0])
+    assert (previous / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c"]
+
+
+def test_a_refused_target_is_reported_on_every_rank(tmp_path: Path) -> None:
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("not a checkpoint")
+    results = ThreadWorld(2).run(lambda group: Checkpoint(state=_rank_state(group.rank, 2)).save(
+        target, process_group=group))
+    assert all(isinstance(r, TargetExists) for r in results), results
+    assert sorted(os.listdir(target)) == ["notes.txt"]
+
+
+def test_ranks_saving_to_different_paths_are_refused(tmp_path: Path) -> None:
+    results = ThreadWorld(2).run(lambda group: Checkpoint(state=_rank_state(group.rank, 2)).save(
+        tmp_path / f"c{group.rank}", process_group=group))
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert "same path" in str(results[1]) and not os.listdir(tmp_path)
+
+
+def test_ranks_saving_different_trees_are_refused(tmp_path: Path) -> None:
+    def task(group: ThreadRank) -> Path:
+        state = _rank_state(group.rank, 2)
+        if group.rank == 1:
+            del state["replica"]
+        return Checkpoint(state=state).save(tmp_path / "c", process_group=group)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert "same tree" in str(results[0]) and not os.listdir(tmp_path)
+
+
+def test_a_rank_that_leaves_the_group_makes_the_others_raise(tmp_path: Path) -> None:
+    class Leaves(ThreadRank):
+        def gather_bytes(self, data: bytes, root: int = 0) -> list[bytes] | None:
+            raise SystemExit  # the thread ends here, as a killed process would
+
+    world = ThreadWorld(2)
+    results = world.run(lambda group: Checkpoint(state=_rank_state(group.rank, 2)).save(
+        tmp_path / "c", process_group=Leaves(world, 1) if group.rank == 1 else group))
+    assert isinstance(results[0], CollectiveError) and isinstance(results[1], SystemExit)
+    assert not os.listdir(tmp_path)

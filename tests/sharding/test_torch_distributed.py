@@ -1,0 +1,142 @@
+"""Collective saves on real gloo process groups (CPU): FSDP2 and DTensors on 4 ranks, a rank killed mid-save.
+
+Each rank is a subprocess running ``dist_worker.py``; every launch is bounded by
+a timeout, so a hang fails the test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shard_helpers import read_raw
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed.tensor")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from opencheckpoint import Checkpoint, validate  # noqa: E402
+
+pytestmark = pytest.mark.slow  # each launch starts 2-4 Python processes importing torch
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+#: Seconds a whole launch may take (process start and torch import included) on 2 busy cores.
+LAUNCH_BOUND = 150
+
+
+def launch(scenario: str, world: int, path: Path | str) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``world`` ranks of ``scenario`` against ``path``; their exit codes and output."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), str(port), str(path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for rank in range(world)]
+    done = []
+    try:
+        for rank in ranks:
+            stdout, stderr = rank.communicate(timeout=LAUNCH_BOUND)
+            done.append(subprocess.CompletedProcess(rank.args, rank.returncode, stdout, stderr))
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+    return done
+
+
+@pytest.fixture(scope="module")
+def four_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fsdp") / "ckpt"
+    for result in launch("save", 4, path):
+        assert result.returncode == 0, result.stderr[-3000:]
+    return path
+
+
+def test_four_ranks_save_fsdp2_parameters_optimizer_state_and_dtensors_as_sharded_arrays(
+        four_rank_checkpoint: Path) -> None:
+    path = four_rank_checkpoint
+    body = json.loads((path / "manifest.json").read_bytes())
+    assert body["format_version"] == 2
+    expected = np.load(str(path) + ".expected.npz")
+    model = read_raw(path, "model")
+    for key in ("0.weight", "0.bias", "2.weight", "2.bias"):
+        np.testing.assert_array_equal(model[key], expected[f"model.{key}"])
+    optim = read_raw(path, "optim")
+    for index in range(4):
+        np.testing.assert_array_equal(optim["state"][index]["exp_avg"], expected[f"optim.{index}.exp_avg"])
+    extra = read_raw(path, "extra")
+    full = np.arange(48, dtype=np.float32).reshape(6, 8)
+    for key, factor in (("rows", 1), ("copy", 2), ("grid", 3), ("half", 4)):
+        np.testing.assert_array_equal(extra[key], full * factor)
+    np.testing.assert_array_equal(extra["plain"], np.arange(5))
+    files = body["components"]["extra"]["files"]
+    # 7 rows over 4 ranks is 2+2+2+1: every rank writes model shards; a replicated tensor is written once.
+    assert [f for f in body["components"]["model"]["files"] if f.startswith("shards/")] == [
+        f"shards/rank-0000{r}.bin" for r in range(4)]
+    tree = (path / "components/extra/tree.msgpack").read_bytes()
+    # rows: 6 rows in chunks of 2 leave rank 3 none (3 records); copy: replicated, written once; grid: a 2x2
+    # block each; half: replicated over the first mesh dimension, two column halves written once each.
+    assert tree.count(b"shards/rank-") == 3 + 1 + 4 + 2
+    assert "shards/rank-00003.bin" in files
+
+
+def test_a_four_rank_checkpoint_restores_into_a_plain_model_in_one_process(four_rank_checkpoint: Path) -> None:
+    from dist_worker import model
+
+    net = model()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    Checkpoint(model=net, optim=optimizer).load(four_rank_checkpoint)
+    expected = np.load(str(four_rank_checkpoint) + ".expected.npz")
+    for key, value in net.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), expected[f"model.{key}"])
+    for index, state in optimizer.state_dict()["state"].items():
+        np.testing.assert_array_equal(state["exp_avg"].numpy(), expected[f"optim.{index}.exp_avg"])
+    assert validate(four_rank_checkpoint).ok
+
+
+def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_path: Path) -> None:
+    path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "ckpt")
+    before = (path / "manifest.json").read_bytes()
+    survivor, killed = launch("die", 2, path)
+    assert killed.returncode == -signal.SIGKILL
+    assert survivor.returncode == 0, survivor.stderr[-3000:]
+    assert "rank 0: raised CollectiveError" in survivor.stdout, survivor.stdout + survivor.stderr[-2000:]
+    assert (path / "manifest.json").read_bytes() == before
+    assert validate(path).ok
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # the coordinator removed the staging directory
+
+
+def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_ranks(
+        four_rank_checkpoint: Path, tmp_path: Path) -> None:
+    """Resharding 4 -> 2 (sharded arrays) and 1 -> 2 (whole arrays): each rank restores its own rows, trains on."""
+    from dist_worker import model, train_step, write_expected
+
+    net = model()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    train_step(net, optimizer)
+    plain = Checkpoint(model=net, optim=optimizer).save(tmp_path / "ckpt")
+    write_expected(0, net, optimizer, str(plain))
+    for result in launch("load", 2, f"{four_rank_checkpoint},{plain}"):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.count("loaded") == 2, result.stdout
+
+
+def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_path: Path) -> None:
+    """timeout=2: rank 0 raises CollectiveError naming the timeout instead of waiting for the stalled rank."""
+    path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "ckpt")
+    before = (path / "manifest.json").read_bytes()
+    coordinator, stalled = launch("hang", 2, path)
+    assert "rank 0: raised CollectiveError" in coordinator.stdout, coordinator.stdout + coordinator.stderr[-2000:]
+    assert "within 2 s" in coordinator.stdout
+    assert "rank 1: raised" in stalled.stdout, stalled.stdout + stalled.stderr[-2000:]
+    assert (path / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
