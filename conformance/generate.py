@@ -1873,6 +1873,22 @@ def _(b: Builder) -> None:
 
 
 # ==============================================================================================
+# Format version 2 (sharded arrays): registered from generate_sharded.py
+# ==============================================================================================
+def _register_sharded_cases() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("oc_conformance_generate_sharded", HERE / "generate_sharded.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.register(case, Builder, tree, CREATED_AT, PRODUCER)
+
+
+_register_sharded_cases()
+
+
+# ==============================================================================================
 # Driver
 # ==============================================================================================
 def build_case(c: Case, out: Path) -> None:

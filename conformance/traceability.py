@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-#: The normative parts of the format version 1 text (core, archive profile, conformance); rule IDs are
-#: shared across them, so every function here reads all of them.
+#: The normative parts of the format version 1 text (core, archive profile, conformance) and the format
+#: version 2 delta (sharded arrays); rule IDs are shared across them, so every function here reads all of them.
 SPEC_DIR = HERE.parent / "spec"
-SPEC_PARTS = ("opencheckpoint-v1.md", "opencheckpoint-v1-archive.md", "opencheckpoint-v1-conformance.md")
+SPEC_PARTS = ("opencheckpoint-v1.md", "opencheckpoint-v1-archive.md", "opencheckpoint-v1-conformance.md",
+              "opencheckpoint-v2.md")
 CASES = HERE / "cases" / "v1"
 EXEMPTIONS = HERE / "exemptions.json"
 README = HERE / "README.md"
@@ -45,7 +46,7 @@ class Requirement:
 
 
 def spec_text(spec_dir: Path = SPEC_DIR) -> str:
-    """The normative text of format version 1: its parts, in order."""
+    """The normative text of format versions 1 and 2: their parts, in order."""
     return "\n".join((spec_dir / part).read_text(encoding="utf-8") for part in SPEC_PARTS)
 
 

@@ -89,7 +89,6 @@ class Reader:
         omanifest.structure(man)                                           # step 7
         self.man = man
         self.listed = omanifest.paths(man)                                 # step 8
-        self.version_content(man)                                          # step 8a (v2, S.9)
         self.extensions(man)                                               # step 9
         st.inventory(self.listed)                                          # step 10
         for fp, (cname, key, entry) in self.listed.items():                # step 11
@@ -113,11 +112,16 @@ class Reader:
             raise E("UnsupportedVersion", MANIFEST, "/format_version",
                     f"format_version {fv} found; this reader supports format versions 1 to {MAX_FORMAT_VERSION}",
                     "R-VER-3")
+        if fv == 2:
+            self.version_content(man)
 
     def version_content(self, man):
-        """R-SHD-12 (step 8a): a format version 2 checkpoint holds a tree component of kind_version 2."""
-        if man["format_version"] == 2 and not any(
-                c["kind"] == "tree" and c["kind_version"] == 2 for c in man["components"].values()):
+        """R-SHD-12 (step 5, right after R-VER-3, on the raw JSON of `components`): a format version 2
+        checkpoint holds a tree component of kind_version 2 (an integer token)."""
+        comps = man.get("components")
+        if not isinstance(comps, dict) or not any(
+                isinstance(c, dict) and c.get("kind") == "tree" and is_int(c.get("kind_version"))
+                and c.get("kind_version") == 2 for c in comps.values()):
             raise E("UnsupportedVersion", MANIFEST, "/format_version",
                     "format_version 2 found, but no tree component has kind_version 2 (a checkpoint without "
                     f"sharded arrays is format version 1); this reader supports format versions 1 to "

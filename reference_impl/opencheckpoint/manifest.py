@@ -7,7 +7,7 @@ fixed validation order so every implementation reports the same error class
 for the same file:
 
 3. size (R-LIM-1); 4. UTF-8 + I-JSON (R-MAN-1..6, R-LIM-3, R-LIM-4);
-5. ``format`` / ``format_version`` (NotACheckpoint, R-MAN-10, R-VER-3);
+5. ``format`` / ``format_version`` (NotACheckpoint, R-MAN-10, R-VER-3, R-SHD-12);
 6. the checksum suffix (R-CHK-1, R-CHK-2, then R-CHK-3);
 7. the members (R-MAN-7, R-MAN-11..23, R-CMP-*, R-CHK-4/5, R-EXT-1..5, R-LIM-5/6);
 8. paths (R-LIM-7/8, then R-PATH-1..4, R-CMP-6..8); 9. ``must_understand`` extensions.
@@ -124,7 +124,7 @@ def field_of(*parts: str) -> str:
 
 # -- step 5 -----------------------------------------------------------------------------------
 def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
-    """R-MAN-8, R-MAN-9, then R-MAN-10 and R-VER-3; return the written format version."""
+    """R-MAN-8, R-MAN-9, then R-MAN-10, R-VER-3 and R-SHD-12; return the written format version."""
     if not isinstance(raw, dict):
         raise NotACheckpoint(f"the top-level JSON value is a {type(raw).__name__}, not an object",
                              file=MANIFEST_NAME, field="$", rule="R-MAN-8")
@@ -142,6 +142,9 @@ def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
         raise ManifestError(f"format_version {version!r} is not an integer >= 1"[:120], file=MANIFEST_NAME,
                             field="$.format_version", rule="R-MAN-10")
     chain.steps_from(version)  # R-VER-3: newer than this reader
+    error = V2.check("R-SHD-12", "$.format_version", version, raw.get("components"))
+    if error is not None:  # a version 2 label on content without sharded arrays: a version problem, found first
+        raise error
     return int(version)
 
 
@@ -428,8 +431,6 @@ def parse_manifest(
     migrated = chain.migrate_manifest(raw)
     _raise_first(structure_errors(migrated), issues)
     _raise_first(path_errors(migrated), issues)
-    _raise_first([e for e in [V2.check("R-SHD-12", "$.format_version", written_version, migrated["components"])]
-                  if e is not None], issues)
     manifest = typed_view(migrated)
     for name, extension in manifest.extensions.items():
         if extension.must_understand and not understands(name, extension.version, understood_extensions):

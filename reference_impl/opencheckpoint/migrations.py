@@ -16,7 +16,7 @@ mechanism with test-only chains:
 >>> chain.migrate_manifest({"format_version": 3})
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than the highest this reader supports (2); upgrade opencheckpoint [R-VER-3]
+opencheckpoint.errors.UnsupportedVersion: UnsupportedVersion: manifest.json: $.format_version: checkpoint format_version 3 is newer than the highest this reader supports (2; it reads format versions 1 to 2); upgrade opencheckpoint [R-VER-3]
 """  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class MigrationChainRunner:
         if version > self.current_version:
             raise UnsupportedVersion(
                 f"checkpoint format_version {version} is newer than the highest this reader supports "
-                f"({self.current_version}); upgrade opencheckpoint",
+                f"({self.current_version}; it reads format versions {self.oldest_version} to "
+                f"{self.current_version}); upgrade opencheckpoint",
                 file="manifest.json", field="$.format_version", rule="R-VER-3",
             )
         if version < self.oldest_version:

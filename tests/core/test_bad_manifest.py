@@ -197,7 +197,7 @@ def test_newer_version_names_both_versions(tmp_path: Path) -> None:
     path = make_checkpoint(tmp_path)
     edit_body(path, lambda b: b.update(format_version=7))
     error = expect_rejected(path, UnsupportedVersion, "R-VER-3")
-    assert error is not None and "7" in error.message and "(2)" in error.message
+    assert error is not None and "7" in error.message and "(2;" in error.message
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -31,6 +31,8 @@ CAPABILITIES = ("archive", "old-fallback", "sharding", "symlinks")
 #: Capabilities whose cases only readers run: writers do not produce them from a rendering (format v2, §S.8).
 READER_ONLY = frozenset({"sharding"})
 
+#: A requirement ID, a section number, an Appendix B section or a section S.n of the format version 2 text.
+SECTION_PATTERN = r"^(R-[A-Z]+-[0-9]+|[0-9]+(\.[0-9]+)*|[BS](\.[0-9]+)?)$"
 Hex = Annotated[str, Field(pattern=r"^([0-9a-f]{2})*$")]
 Bits = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
 DecimalInt = Annotated[str, Field(pattern=r"^(0|-?[1-9][0-9]*)$")]
@@ -50,8 +52,9 @@ class CaseModel(_Doc):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,99}$", description="Case id; equals the case directory name.")
     description: str = Field(min_length=1, description="What the case checks, in one or two sentences.")
-    spec_sections: list[Annotated[str, Field(pattern=r"^(R-[A-Z]+-[0-9]+|[0-9]+(\.[0-9]+)*|B(\.[0-9]+)?)$")]] = Field(
-        min_length=1, description="Requirement IDs (R-ARR-4) and/or section numbers the case exercises.")
+    spec_sections: list[Annotated[str, Field(pattern=SECTION_PATTERN)]] = Field(
+        min_length=1, description="Requirement IDs (R-ARR-4) and/or section numbers the case exercises (S.n: "
+                                  "sections of the format version 2 document).")
     valid: bool = Field(description="true: a reader must accept it and print expected.json; false: must reject.")
     error_class: Literal[ERROR_CLASS_NAMES] | None = Field(  # type: ignore[valid-type]  # Literal[*tuple]: pydantic reads it
         default=None, description="For invalid cases: the class of spec Table 16-1 the reader must report.")

@@ -53,13 +53,15 @@ def tree_v2_files(files: dict[str, Any]) -> str | None:
 
 
 @rule("R-SHD-12", UnsupportedVersion)
-def format_2_has_sharded_components(written_version: int, components: dict[str, Any]) -> str | None:
+def format_2_has_sharded_components(written_version: int, components: Any) -> str | None:
     """A checkpoint of format_version 2 has a ``tree`` component of kind_version 2 (writers write every other
-    checkpoint as format version 1, R-SHD-13), so one content has one version."""
+    checkpoint as format version 1, R-SHD-13), so one content has one version. Checked in step 5, on the raw
+    manifest: a ``components`` that is no object has no such component either."""
     if written_version != 2:
         return None
-    if any(isinstance(r, dict) and r.get("kind") == "tree" and r.get("kind_version") == 2
-           for r in components.values()):
+    records = components.values() if isinstance(components, dict) else ()
+    if any(isinstance(r, dict) and r.get("kind") == "tree" and type(r.get("kind_version")) is int
+           and r["kind_version"] == 2 for r in records):
         return None
     return ("found format_version 2 without a tree component of kind_version 2 (sharded arrays): a checkpoint "
             "without them is format version 1; this reader supports format versions 1 and 2")

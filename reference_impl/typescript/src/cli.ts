@@ -23,7 +23,9 @@ async function main(argv: string[]): Promise<number> {
       ["implementation", J.str(IMPLEMENTATION)],
       ["version", J.str(VERSION)],
       ["modes", J.arr([J.str("read"), J.str("write")])],
-      ["skip", J.obj([])],
+      // Format version 2 (sharded arrays, spec opencheckpoint-v2.md) is not implemented: an optional
+      // capability (Table 17-1 as amended by §S.8); a version 2 checkpoint fails with UnsupportedVersion.
+      ["skip", J.obj([["sharding", J.str("format version 2 (sharded arrays) is not implemented")]])],
     ]);
     process.stdout.write(stringifyJson(caps, 0) + "\n");
     return 0;
