@@ -1,9 +1,29 @@
-"""Manifest structure (step 7 of §15) and paths (step 8), spec §4–§7 and S.3."""
+"""Manifest structure (step 7 of §15) and paths (step 8), spec §4-§7 and S.3."""
 from __future__ import annotations
 
-from common import (CHECKPOINT_ID_RE, COMPONENT_MEMBERS, CREATED_AT_RE, EXT_NAME_RE, HEX8_RE, HEX64_RE, KIND_RE,
-                    MANIFEST, MAX_COMPONENTS, MAX_FILE_ENTRIES, MAX_INT53, MAX_PATH, MAX_SEGMENT, NAME_RE,
-                    SEGMENT_RE, SHARD_FILE_RE, TOP_MEMBERS, BUILTIN_KINDS, E, esc, is_int)
+from common import (
+    BUILTIN_KINDS,
+    CHECKPOINT_ID_RE,
+    COMPONENT_MEMBERS,
+    CREATED_AT_RE,
+    EXT_NAME_RE,
+    HEX8_RE,
+    HEX64_RE,
+    KIND_RE,
+    MANIFEST,
+    MAX_COMPONENTS,
+    MAX_FILE_ENTRIES,
+    MAX_INT53,
+    MAX_PATH,
+    MAX_SEGMENT,
+    NAME_RE,
+    SEGMENT_RE,
+    SHARD_FILE_RE,
+    TOP_MEMBERS,
+    E,
+    esc,
+    is_int,
+)
 from ojson import JFloat
 
 

@@ -1,4 +1,4 @@
-"""Format version 2: the sharded array node (tree tag 10), spec/opencheckpoint-v2.md S.4 – S.6.
+"""Format version 2: the sharded array node (tree tag 10), spec/opencheckpoint-v2.md S.4 to S.6.
 
 * `read_sharded` decodes one tag 10 node during step 14 (R-SHD-4, R-SHD-5, R-LIM-20);
 * `layout` runs step 15 of a `tree` component of kind_version 2 (S.9: (a) global shapes and
@@ -75,8 +75,10 @@ def read_sharded(d, nf, ptr):
     for i in range(n):
         rp = f"{sptr}/{i}"
         cnt = _array_header(d, rp, "shard record")
-        if cnt != 6 or (d.pos < d.n and d.buf[d.pos] == 0xC7):
-            d.err(rp, f"shard record must be an untagged array of 6 elements, found {cnt}", "R-SHD-4")
+        if cnt != 6:
+            d.err(rp, f"shard record has {cnt} elements, expected 6", "R-SHD-4")
+        if d.pos < d.n and d.buf[d.pos] == 0xC7:
+            d.err(rp + "/0", "shard record is tagged; it must be an untagged array", "R-SHD-4")
         file = _str(d, rp + "/0")
         start = _uints(d, rp + "/1", "start")
         size = _uints(d, rp + "/2", "size")
@@ -101,7 +103,7 @@ def forbid_sharded(d, nf, ptr):
 # ------------------------------------------------------------------ step 15
 def data_files(files):
     """The data files of a kind_version 2 component in step 15 (b) order: data.bin, then shard files."""
-    return ["data.bin"] + sorted(k for k in files if SHARD_FILE_RE.fullmatch(k))
+    return ["data.bin", *sorted(k for k in files if SHARD_FILE_RE.fullmatch(k))]
 
 
 def file_of(a):
@@ -183,7 +185,7 @@ def assemble(s, data_of):
     item = DTYPES[s.dtype]
     if _prod(s.shape) == 0:
         return b""
-    out = np.zeros(tuple(s.shape) + (item,), dtype=np.uint8)
+    out = np.zeros((*tuple(s.shape), item), dtype=np.uint8)
     done = set()
     for r in s.shards:
         key = (tuple(r.start), tuple(r.shape))
@@ -191,5 +193,5 @@ def assemble(s, data_of):
             continue  # R-SHD-10: any one replica may be read
         done.add(key)
         src = np.frombuffer(data_of(r.file), dtype=np.uint8, count=r.nbytes, offset=r.offset)
-        out[tuple(slice(a, a + b) for a, b in zip(r.start, r.shape))] = src.reshape(tuple(r.shape) + (item,))
+        out[tuple(slice(a, a + b) for a, b in zip(r.start, r.shape))] = src.reshape((*tuple(r.shape), item))
     return out.tobytes()

@@ -12,8 +12,21 @@ import re
 import struct
 
 from errors import CheckpointError
-from onodes import (DTYPES, NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple,  # noqa: F401
-                    NPrngKey, NScalar, Node, NTuple)
+from onodes import (  # noqa: F401
+    DTYPES,
+    NArray,
+    NBytes,
+    NComplex,
+    NDict,
+    NDtype,
+    NFloat,
+    NList,
+    NNamedTuple,
+    Node,
+    NPrngKey,
+    NScalar,
+    NTuple,
+)
 
 MAX_DEPTH = 128
 MAX_NODES = 10_000_000

@@ -14,15 +14,14 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import ocrc  # noqa: E402
-import ojson  # noqa: E402
-import omanifest  # noqa: E402
-import render  # noqa: E402
-import steps  # noqa: E402
-from common import (MANIFEST, MAX_FORMAT_VERSION, MAX_MANIFEST, SUFFIX_RE, E, esc,  # noqa: E402
-                    is_int)
-from errors import CheckpointError  # noqa: E402
-from ostore import ZipStore, is_staging, make_store  # noqa: E402
+import ocrc
+import ojson
+import omanifest
+import render
+import steps
+from common import MANIFEST, MAX_FORMAT_VERSION, MAX_MANIFEST, SUFFIX_RE, E, esc, is_int
+from errors import CheckpointError
+from ostore import ZipStore, is_staging, make_store
 
 
 # ======================================================================= locate

@@ -6,8 +6,8 @@ import math
 import struct
 
 from ojson import JFloat
-from oshard import NSharded
 from onodes import NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple, NPrngKey, NScalar, NTuple
+from oshard import NSharded
 
 
 def blob(b) -> dict:

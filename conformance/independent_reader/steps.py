@@ -1,4 +1,4 @@
-"""Steps 12–16 of §15 (per component, each step over every component before the next), with the
+"""Steps 12-16 of §15 (per component, each step over every component before the next), with the
 format version 2 amendments of S.9 for `tree` components of kind_version 2."""
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def layouts(store, comps, decoded):
         path = rec["path"]
         tfp = path + "/tree.msgpack"
         if rec["kind_version"] == 2:
-            oshard.layout(tfp, path, rec["files"], lambda k: store.size(path + "/" + k), arrays, sharded)
+            oshard.layout(tfp, path, rec["files"], lambda k, p=path: store.size(p + "/" + k), arrays, sharded)
         else:
             olayout.layout(tfp, path + "/data.bin", "data.bin", store.size(path + "/data.bin"), arrays)
 
