@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import ocrc
-from common import E
+from ocommon import E
 from onodes import DTYPES
 
 

@@ -1,7 +1,7 @@
 """Manifest structure (step 7 of §15) and paths (step 8), spec §4-§7 and S.3."""
 from __future__ import annotations
 
-from common import (
+from ocommon import (
     BUILTIN_KINDS,
     CHECKPOINT_ID_RE,
     COMPONENT_MEMBERS,

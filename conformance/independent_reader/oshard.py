@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import olayout
-from common import SHARD_FILE_RE, E
+from ocommon import SHARD_FILE_RE, E
 from onodes import DTYPES, NArray, Node
 
 MAX_SHARDS = 65_536  # R-LIM-20

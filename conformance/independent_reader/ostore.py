@@ -6,7 +6,7 @@ import os
 import stat
 
 import ozip
-from common import MANIFEST, MAX_PATH, MAX_SEGMENT, SEGMENT_RE, E
+from ocommon import MANIFEST, MAX_PATH, MAX_SEGMENT, SEGMENT_RE, E
 
 
 class DirStore:

@@ -19,8 +19,8 @@ import ojson
 import omanifest
 import render
 import steps
-from common import MANIFEST, MAX_FORMAT_VERSION, MAX_MANIFEST, SUFFIX_RE, E, esc, is_int
 from errors import CheckpointError
+from ocommon import MANIFEST, MAX_FORMAT_VERSION, MAX_MANIFEST, SUFFIX_RE, E, esc, is_int
 from ostore import ZipStore, is_staging, make_store
 
 

@@ -6,7 +6,7 @@ import ojson
 import olayout
 import oshard
 import otree
-from common import BUILTIN_KINDS, MAX_TREE, MAX_VALUE_JSON, E, esc, max_kind_version
+from ocommon import BUILTIN_KINDS, MAX_TREE, MAX_VALUE_JSON, E, esc, max_kind_version
 
 
 def payload_key(kind):
