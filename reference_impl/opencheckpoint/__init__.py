@@ -37,6 +37,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .reader import CheckpointReader, open_checkpoint, read_component
+from .sharding.reading import LazyShardedArray
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
 from .validate import ValidationReport, validate
 
@@ -53,6 +54,7 @@ __all__ = [
     "IncompatibleComponent",
     "IntegrityError",
     "LazyArray",
+    "LazyShardedArray",
     "LimitExceeded",
     "LoadResult",
     "ManifestError",

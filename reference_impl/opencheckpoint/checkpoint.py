@@ -338,9 +338,9 @@ class Checkpoint:
                 if record.kind != adapter.kind:
                     result.incompatible[name] = (f"stored as a {record.kind!r} component; its adapter reads "
                                                  f"{adapter.kind!r}")
-                elif record.kind in KIND_VERSIONS and record.kind_version > adapter.kind_version:
+                elif record.kind in KIND_VERSIONS and record.kind_version > _readable(adapter, record.kind):
                     result.incompatible[name] = (f"{record.kind} kind_version {record.kind_version} is newer "
-                                                 f"than supported ({adapter.kind_version})")
+                                                 f"than supported ({_readable(adapter, record.kind)})")
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
@@ -429,6 +429,15 @@ class Checkpoint:
             warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
 
 
+def _readable(adapter: Adapter, kind: str) -> int:
+    """The highest kind_version of ``kind`` an adapter can be given.
+
+    A tree of kind_version 2 differs from 1 only by sharded arrays, which the reader assembles
+    into whole arrays (or reads by region) before any adapter sees them: every tree adapter reads it.
+    """
+    return max(adapter.kind_version, KIND_VERSIONS["tree"]) if kind == "tree" else adapter.kind_version
+
+
 def _json_bytes(value: Any) -> bytes:
     import json
 
@@ -442,3 +451,4 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+

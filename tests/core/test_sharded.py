@@ -242,3 +242,23 @@ def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path:
     assert record == example
     with open_checkpoint(path) as ckpt:
         assert ckpt.tree("model")["w"].read_region((1, 0), (1, 4)).tolist() == [[4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_grid_count_and_the_sweep_agree_on_overlaps(seed: int) -> None:
+    from opencheckpoint.sharding import tiling
+
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, 20, size=(30, 3))
+    sizes = rng.integers(1, 4, size=(30, 3))
+    starts, sizes = np.vstack([starts, starts[:1]]), np.vstack([sizes, sizes[:1] + 1])  # overlaps row 0 partially
+    if seed % 2:  # disjoint: a grid of 2 x 2 x 2 blocks
+        grid = np.array([(i, j, k) for i in range(0, 6, 2) for j in range(0, 6, 2) for k in range(0, 6, 2)])
+        starts, sizes = grid, np.full_like(grid, 2)
+    grid_answer = tiling._grid_overlap(starts, sizes)
+    sweep_answer = tiling._sweep_overlap(starts, sizes)
+    assert (grid_answer is None) == (sweep_answer is None) == bool(seed % 2)
+    for pair in (grid_answer, sweep_answer):
+        if pair is not None:
+            i, j = pair
+            assert i != j and np.all((starts[i] < starts[j] + sizes[j]) & (starts[j] < starts[i] + sizes[i]))
