@@ -12,113 +12,29 @@ import re
 import struct
 
 from errors import CheckpointError
+from onodes import (  # noqa: F401
+    DTYPES,
+    NArray,
+    NBytes,
+    NComplex,
+    NDict,
+    NDtype,
+    NFloat,
+    NList,
+    NNamedTuple,
+    Node,
+    NPrngKey,
+    NScalar,
+    NTuple,
+)
 
 MAX_DEPTH = 128
 MAX_NODES = 10_000_000
 MAX_STRLEN = 256 * 1024 * 1024
 MAX_BIGINT = 1024  # bytes of a big int magnitude (R-LIM-18)
 
-DTYPES = {
-    "bool": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
-    "complex64": 8, "complex128": 16,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
-    "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
-}
 
 _IMPL_RE = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+")
-
-
-# ----------------------------------------------------------------- node model
-class Node:
-    __slots__ = ()
-
-
-class NFloat(Node):
-    __slots__ = ("bits",)
-
-    def __init__(self, bits: int):
-        self.bits = bits
-
-
-class NBytes(Node):
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-
-class NList(Node):
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = items
-
-
-class NTuple(Node):
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = items
-
-
-class NDict(Node):
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = items  # list of (key: str|int, value)
-
-
-class NNamedTuple(Node):
-    __slots__ = ("type_name", "fields")
-
-    def __init__(self, type_name, fields):
-        self.type_name = type_name
-        self.fields = fields
-
-
-class NComplex(Node):
-    __slots__ = ("re_bits", "im_bits")
-
-    def __init__(self, re_bits, im_bits):
-        self.re_bits = re_bits
-        self.im_bits = im_bits
-
-
-class NScalar(Node):
-    __slots__ = ("dtype", "raw")
-
-    def __init__(self, dtype, raw):
-        self.dtype = dtype
-        self.raw = raw
-
-
-class NArray(Node):
-    __slots__ = ("dtype", "shape", "offset", "nbytes", "crc32c", "ptr")
-
-    def __init__(self, dtype, shape, offset, nbytes, crc32c, ptr):
-        self.dtype = dtype
-        self.shape = shape
-        self.offset = offset
-        self.nbytes = nbytes
-        self.crc32c = crc32c
-        self.ptr = ptr
-
-
-class NPrngKey(Node):
-    __slots__ = ("impl", "data")
-
-    def __init__(self, impl, data):
-        self.impl = impl
-        self.data = data
-
-
-class NDtype(Node):
-    __slots__ = ("dtype",)
-
-    def __init__(self, dtype):
-        self.dtype = dtype
 
 
 class _Malformed(Exception):
@@ -198,12 +114,14 @@ def limit_scan(buf, file: str):
 
 # ------------------------------------------------------------- pass 2: decode
 class _Decoder:
-    def __init__(self, buf, file):
+    def __init__(self, buf, file, tag10=None):
         self.buf = buf
         self.n = len(buf)
         self.pos = 0
         self.file = file
-        self.arrays = []
+        self.arrays = []  # extents in document order: tag 6 nodes and (format version 2) shard records
+        self.sharded = []  # tag 10 nodes in document order
+        self.tag10 = tag10  # format version 2: decodes (or forbids) tag 10; None: reserved tag (R-TREE-18)
 
     def err(self, ptr, msg, req, cls="TreeError"):
         raise CheckpointError(cls, self.file, ptr or "/", msg, req)
@@ -417,6 +335,8 @@ class _Decoder:
             self.err(ptr, "tag marker outside element 0 of an array", "R-TREE-15")
 
     def tagged(self, t, nf, ptr):
+        if t == 10 and self.tag10 is not None:
+            return self.tag10(self, nf, ptr)
         if 9 <= t <= 63:
             self.err(ptr + "/0", f"reserved tag {t}", "R-TREE-18")
         if 64 <= t <= 127:
@@ -548,13 +468,15 @@ def f32_to_f64_bits(b32: int) -> int:
     return int.from_bytes(struct.pack(">d", val), "big")
 
 
-def decode_tree(buf, file: str):
-    """Returns (root_node, list_of_array_nodes).  Raises CheckpointError."""
+def decode_tree(buf, file: str, tag10=None):
+    """Returns (root_node, extents, sharded_nodes).  Raises CheckpointError.
+
+    `tag10` is the format version 2 hook for tag 10 (see oshard); without it tag 10 is reserved."""
     limit_scan(buf, file)
-    d = _Decoder(buf, file)
+    d = _Decoder(buf, file, tag10)
     if len(buf) == 0:
         d.err("/", "tree.msgpack is empty", "R-TREE-1")
     root = d.node("")
     if d.pos != d.n:
         d.err("/", f"{d.n - d.pos} trailing bytes after the root object", "R-TREE-2")
-    return root, d.arrays
+    return root, d.arrays, d.sharded

@@ -6,7 +6,8 @@ import math
 import struct
 
 from ojson import JFloat
-from otree import NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple, NPrngKey, NScalar, NTuple
+from onodes import NArray, NBytes, NComplex, NDict, NDtype, NFloat, NList, NNamedTuple, NPrngKey, NScalar, NTuple
+from oshard import NSharded
 
 
 def blob(b) -> dict:
@@ -75,6 +76,10 @@ class Renderer:
         if isinstance(n, NArray):
             d = {"type": "array", "dtype": n.dtype, "shape": list(n.shape), "nbytes": n.nbytes}
             d.update(blob(memoryview(self.data)[n.offset:n.offset + n.nbytes]))
+            return d
+        if isinstance(n, NSharded):  # S.8: rendered as the assembled array, exactly as a tag 6 array
+            d = {"type": "array", "dtype": n.dtype, "shape": list(n.shape), "nbytes": len(n.data)}
+            d.update(blob(n.data))
             return d
         if isinstance(n, NPrngKey):
             return {"type": "prng_key", "impl": n.impl, "data": self.node(n.data)}

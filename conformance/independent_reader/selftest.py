@@ -1,159 +1,33 @@
 """Self-tests: a tiny independent writer + mutations, each expecting one error class.
-Run:  ../../.venv/bin/python selftest.py
+Run:  ../../.venv/bin/python selftest.py   (format version 1 here and in selftest_zip.py, version 2 in selftest_v2.py)
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
-import zlib
 
-import msgpack
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from ocrc import crc32c, crc32c_hex  # noqa: E402
-
-RUN = os.path.join(HERE, "run")
-
-
-def M(t):
-    return msgpack.ExtType(t, b"")
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def write_bytes(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def pk(o):
-    return msgpack.packb(o, use_bin_type=True)
-
-
-def manifest_bytes(obj):
-    text = json.dumps(obj, indent=2, ensure_ascii=False)
-    head = (text[:-2] + ",\n  ").encode("utf-8")
-    return head + f'"manifest_crc32c": "{crc32c_hex(head)}"\n}}\n'.encode()
-
-
-def base_manifest(components, extensions=None):
-    return {"format": "opencheckpoint", "format_version": 1, "checkpoint_id": "t-1",
-            "created_at": "2026-01-01T00:00:00Z", "producer": {"name": "selftest", "version": "1"},
-            "metadata": {}, "extensions": extensions or {}, "components": components}
-
-
-def tree_component(tree_obj, data=b"", path="components/model"):
-    tb = pk(tree_obj) if not isinstance(tree_obj, bytes) else tree_obj
-    rec = {"kind": "tree", "kind_version": 1, "path": path,
-           "files": {"tree.msgpack": {"size": len(tb), "crc32c": crc32c_hex(tb)},
-                     "data.bin": {"size": len(data), "crc32c": crc32c_hex(data)}}}
-    return rec, {path + "/tree.msgpack": tb, path + "/data.bin": data}
-
-
-def json_component(raw: bytes, path="components/cfg"):
-    rec = {"kind": "json", "kind_version": 1, "path": path,
-           "files": {"value.json": {"size": len(raw), "crc32c": crc32c_hex(raw)}}}
-    return rec, {path + "/value.json": raw}
-
-
-def arr(dtype, shape, off, nb, data):
-    return [M(6), dtype, shape, off, nb, crc32c(data[off:off + nb]) if nb else 0]
-
-
-def default_ckpt():
-    w = struct.pack("<2f", 1.0, -2.0)
-    data = w + b"\0" * 56 + struct.pack("<4?", True, False, True, True)
-    tree = {"w": arr("float32", [2], 0, 8, data), "b": arr("bool", [4], 64, 4, data),
-            "step": 7, "t": [M(1), 0.5, -0.0], "key": [M(7), "threefry2x32", arr("uint32", [0, 2], 0, 0, data)],
-            "big": [M(3), (2**64).to_bytes(9, "little")], "neg": -5, "u": 2**64 - 1,
-            "c": [M(4), 1.0, 2.0], "s": [M(5), "float32", struct.pack("<f", 1.5)], "dt": [M(8), "bfloat16"],
-            "nt": [M(2), "optax.State", {"count": 1}], 3: None, "l": [b"\x01\x02", True]}
-    rec, files = tree_component(tree, data)
-    rec2, files2 = json_component(b'{"lr": 0.001, "n": [1, 2.5e3, "x"]}\n')
-    blob = b"opaque bytes"
-    rec3 = {"kind": "files", "kind_version": 1, "path": "components/blob",
-            "files": {"a/b.txt": {"size": len(blob), "crc32c": crc32c_hex(blob)}}}
-    comps = {"model": rec, "cfg": rec2, "blob": rec3}
-    files.update(files2)
-    files["components/blob/a/b.txt"] = blob
-    return base_manifest(comps), files
-
-
-def write_dir(root, man, files, raw_manifest=None):
-    os.makedirs(root)
-    for p, b in files.items():
-        fp = os.path.join(root, p)
-        os.makedirs(os.path.dirname(fp), exist_ok=True)
-        with open(fp, "wb") as f:
-            f.write(b)
-    with open(os.path.join(root, "manifest.json"), "wb") as f:
-        f.write(raw_manifest if raw_manifest is not None else manifest_bytes(man))
-
-
-def write_zip(path, man, files, raw_manifest=None, tweak=None, zip64=False):
-    manifest = raw_manifest if raw_manifest is not None else manifest_bytes(man)
-    members = [*files.items(), ("manifest.json", manifest)]
-    out = bytearray()
-    cd = bytearray()
-    for name, data in members:
-        nb = name.encode()
-        off = len(out)
-        base = off + 30 + len(nb)
-        pad = (-(base + 4)) % 64
-        extra = struct.pack("<HH", 0xD935, pad) + b"\0" * pad
-        crc = zlib.crc32(data)
-        h = dict(ver=20, flags=0, method=0, crc=crc, csize=len(data), usize=len(data), made_by=(3 << 8) | 20,
-                 eattr=(0o100644 << 16), name=nb, lname=nb, extra=extra)
-        if tweak:
-            tweak(name, h)
-        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", h["ver"], h["flags"], h["method"], 0, 0, h["crc"],
-                           h["csize"], h["usize"], len(h["lname"]), len(h["extra"])) + h["lname"] + h["extra"]
-        out += data
-        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", h["made_by"], h["ver"], h["flags"], h["method"], 0, 0,
-                          h["crc"], h["csize"], h["usize"], len(h["name"]), 0, 0, 0, 0, h["eattr"], off) + h["name"]
-    cdoff = len(out)
-    out += cd
-    if zip64:
-        z = len(out)
-        out += struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, len(members), len(members), len(cd), cdoff)
-        out += struct.pack("<4sIQI", b"PK\x06\x07", 0, z, 1)
-        out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
-    else:
-        out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members), len(members), len(cd), cdoff, 0)
-    with open(path, "wb") as f:
-        f.write(out)
-
-
-def run(path):
-    p = subprocess.run([RUN, "read", path], capture_output=True, text=True)
-    if p.returncode == 0:
-        return "OK", p.stdout
-    line = p.stderr.splitlines()[0] if p.stderr else ""
-    return (line.split(": ")[1] if line.startswith("error: ") else "GARBLED:" + p.stderr[-300:]), line
-
-
-CASES: list = []
-
-
-def case(expect, form="dir"):
-    def deco(fn):
-        CASES.append((fn.__name__, expect, form, fn))
-        return fn
-    return deco
-
-
-def tree_only(tree, data=b"", **kw):
-    rec, files = tree_component(tree, data)
-    return base_manifest({"model": rec}), files
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import selftest_v2  # noqa: F401  (registers the format version 2 cases)
+import selftest_zip  # noqa: F401  (registers the archive cases)
+from stkit import (
+    CASES,
+    M,
+    base_manifest,
+    case,
+    crc32c,
+    crc32c_hex,
+    default_ckpt,
+    json_component,
+    manifest_bytes,
+    pk,
+    run,
+    tree_only,
+    write_dir,
+    write_zip,
+)
 
 
 # ---------------------------------------------------------------- cases
@@ -544,118 +418,19 @@ def f32_nan(d):
 
 
 # zip defects
-@case("ArchiveError", "zip")
-def zip_deflate(d):
-    man, files = default_ckpt()
-    def tw(name, h):
-        if name == "components/blob/a/b.txt":
-            h["method"] = 8
-    write_zip(d, man, files, tweak=tw)
-
-
-@case("ArchiveError", "zip")
-def zip_manifest_not_last(d):
-    man, files = default_ckpt()
-    write_zip(d, man, files)
-    # reorder: easier to build manually -> put manifest first
-    members = {"manifest.json": manifest_bytes(man)}
-    members.update(files)
-    with open(d, "wb"):
-        pass
-    # reuse writer with raw dict order: hack by writing files incl. manifest with different name then patch
-    write_zip(d, man, {}, raw_manifest=None)
-    b = bytearray(read_bytes(d))
-    manifest_first = dict(list({"manifest.json": manifest_bytes(man)}.items()) + list(files.items()))
-    write_zip(d, man, manifest_first, raw_manifest=b"{}")
-    b = bytearray(read_bytes(d))
-    # rename last member 'manifest.json' (the dummy) to 'zzzzzzzzzzzzz' (same length)
-    i = b.rfind(b"manifest.json")
-    b[i:i + 13] = b"zzzzzzzzzzzzz"
-    # last local header of dummy manifest
-    k = b.rfind(b"manifest.json", 0, b.find(b"PK\x01\x02"))
-    b[k:k + 13] = b"zzzzzzzzzzzzz"
-    write_bytes(d, bytes(b))
-
-
-@case("UnsafePath", "zip")
-def zip_symlink(d):
-    man, files = default_ckpt()
-    def tw(name, h):
-        if name == "components/blob/a/b.txt":
-            h["eattr"] = 0o120777 << 16
-    write_zip(d, man, files, tweak=tw)
-
-
-@case("ArchiveError", "zip")
-def zip_unaligned(d):
-    man, files = default_ckpt()
-    def tw(name, h):
-        if name == "components/blob/a/b.txt":
-            h["extra"] = b""
-    write_zip(d, man, files, tweak=tw)
-
-
-@case("ArchiveError", "zip")
-def zip_comment(d):
-    man, files = default_ckpt()
-    write_zip(d, man, files)
-    b = bytearray(read_bytes(d))
-    b[-2:] = b"\x03\x00"
-    b += b"abc"
-    write_bytes(d, bytes(b))
-
-
-@case("IntegrityError", "zip")
-def zip_crc(d):
-    man, files = default_ckpt()
-    def tw(name, h):
-        if name == "components/blob/a/b.txt":
-            h["crc"] ^= 1
-    write_zip(d, man, files, tweak=tw)
-
-
-@case("NotACheckpoint", "zip")
-def zip_prefix(d):
-    man, files = default_ckpt()
-    write_zip(d, man, files)
-    b = read_bytes(d)
-    write_bytes(d, b"X" + b)
-
-
-@case("ArchiveError", "zip")
-def zip_names_differ(d):
-    man, files = default_ckpt()
-    def tw(name, h):
-        if name == "components/blob/a/b.txt":
-            h["lname"] = b"components/blob/a/c.txt"
-    write_zip(d, man, files, tweak=tw)
-
-
-@case("UnsafePath", "zip")
-def zip_bad_name(d):
-    man, files = default_ckpt()
-    files["../evil"] = b"x"
-    write_zip(d, man, files)
-
-
-@case("ExtraFile", "zip")
-def zip_extra(d):
-    man, files = default_ckpt()
-    files["evil"] = b"x"
-    write_zip(d, man, files)
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="oc-selftest-")
     fails = 0
     try:
-        for name, expect, form, fn in CASES:
+        for name, expect, form, fn, verify in CASES:
             sub = os.path.join(tmp, name)
             os.makedirs(sub)
             d = os.path.join(sub, "ckpt.zip" if form == "zip" else "ckpt")
             alt = fn(d)
             got, detail = run(alt or d)
-            ok = got == expect
+            ok = got == expect and (verify is None or got != "OK" or verify(json.loads(detail)))
             fails += not ok
             print(("PASS" if ok else "FAIL"), name, "expected", expect, "got", got, "" if ok else detail[:300])
     finally:
