@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import os
@@ -29,6 +30,7 @@ from typing import Any, Literal
 
 from .adapters import registry
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
+from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy, Conversion
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
@@ -37,8 +39,10 @@ from .location import local_path
 from .manifest import KIND_VERSIONS, MANIFEST_NAME
 from .manifest_builder import manifest_body
 from .paths import check_segment
+from .progress import ProgressArg, advance, files_bytes, reporting
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
+from .snapshot import save_planned
 from .strict_json import parse_ijson
 
 logger = logging.getLogger("opencheckpoint")
@@ -216,6 +220,7 @@ class Checkpoint:
         created_at: str | None = None,
         overwrite: bool = True,
         producer: Mapping[str, Any] | None = None,
+        progress: ProgressArg = None,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
 
@@ -231,17 +236,18 @@ class Checkpoint:
         a symbolic link) raises :class:`TargetExists` before anything on disk
         changes; no option deletes it. A URL (``s3://...``) raises
         :class:`UnsupportedLocation`.
+
+        ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`.progress`).
+        An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
         target = local_path(path).absolute()
-        output = format or self.format
-        if output not in _FORMATS:
-            raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        wait_for_target(target)
+        output = self._output(format)
         names = self._selection(self.save_components if components is None else components)
-        user_metadata = dict(metadata or {})
-        try:
-            parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
-        except CheckpointError as exc:
-            raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+        user_metadata = checked_metadata(metadata)
+        if progress:  # the total must be known up front: every component is planned, then written
+            return save_planned(self, target, names, progress, metadata=user_metadata, format=output, producer=producer,
+                                checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite)
         try:
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
                 records: dict[str, dict[str, Any]] = {}
@@ -257,6 +263,41 @@ class Checkpoint:
                 raise
             raise raced from exc
         return target
+
+    def save_async(self, path: str | os.PathLike[str], *, components: Collection[str] | None = None,
+                   metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+                   checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+                   producer: Mapping[str, Any] | None = None, progress: ProgressArg = None,
+                   max_pending_bytes: int | None = None) -> SaveHandle:
+        """Snapshot the selected components now and :meth:`save` them in a background thread.
+
+        Takes :meth:`save`'s arguments; returns a :class:`~opencheckpoint.async_save.SaveHandle`
+        (``done()``, ``wait()``, ``result()``: the published path; errors are raised again there).
+        On return every array is copied to host memory (torch, CUDA included, NumPy, JAX;
+        ``state_dict()``/``dump()`` ran now): the live state may change. The copy holds the
+        state's array bytes until the save ends; ``max_pending_bytes`` caps what unfinished saves
+        hold (over it a save waits; one larger than the cap raises :class:`~.errors.LimitExceeded`). One
+        save in flight per target: a save to that path waits for it. Publication is
+        :meth:`save`'s; a normal exit finishes it first. See the docs page "Async save".
+
+        Examples:
+            >>> import numpy as np, tempfile, os
+            >>> from opencheckpoint import read_component
+            >>> weights = {"w": np.ones(3, dtype=np.float32)}
+            >>> handle = Checkpoint(weights=weights).save_async(os.path.join(tempfile.mkdtemp(), "step-1"))
+            >>> weights["w"][:] = 7  # the snapshot was taken: the save still writes ones
+            >>> read_component(handle.result(), "weights")["w"].tolist(), handle.done()
+            ([1.0, 1.0, 1.0], True)
+        """
+        return save_in_background(self, path, components=components, metadata=metadata, format=format,
+                                  checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
+                                  producer=producer, progress=progress, max_pending_bytes=max_pending_bytes)
+
+    def _output(self, format: CheckpointFormat | None) -> CheckpointFormat:
+        output = format or self.format
+        if output not in _FORMATS:
+            raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        return output
 
     def _save_component(self, name: str, staged: StagedCheckpoint) -> dict[str, Any]:
         value, _ = self._components[name]
@@ -284,6 +325,7 @@ class Checkpoint:
         rename: Rename | None = None,
         cast: CastPolicy = None,
         subtree: str | None = None,
+        progress: ProgressArg = None,
     ) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
@@ -308,7 +350,7 @@ class Checkpoint:
         adapter whose own restore step raises after the checks (an object's
         ``load_state_dict`` rejecting verified state, a one-phase adapter);
         such restores run first, and the error's ``result.loaded`` lists what
-        was restored before it.
+        was restored before it. ``progress``: as in :meth:`save` (per component read).
         """
         mode = strict or self.strict
         if mode not in _STRICTNESS:
@@ -344,7 +386,8 @@ class Checkpoint:
                 else:
                     plan.append((name, adapter))
             self._report(result, mode, path)
-            prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify, options)
+            with reporting(progress, files_bytes(stored[name] for name, _ in plan), f"loading {path}"):
+                prepared = self._prepare_all(plan, reader, result, mode, path, map_location, verify, options)
             self._apply_all(prepared, result, mode, path)
         return result
 
@@ -366,6 +409,7 @@ class Checkpoint:
             except IncompatibleComponent as exc:
                 self._incompatible(result, name, exc, mode, path)
                 continue
+            advance(files_bytes([reader.components[name]]))
             result.conversions += component_reader.plan.conversions
             if component_reader.plan.unused:
                 result.unused[name] = list(component_reader.plan.unused)
@@ -427,6 +471,16 @@ class Checkpoint:
             raise IncompatibleComponent("; ".join(problems), file=str(path), result=result)
         if mode == "warn":
             warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
+
+
+def checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of the manifest's user metadata, refused unless it is I-JSON."""
+    user_metadata = copy.deepcopy(dict(metadata or {}))
+    try:
+        parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
+    except CheckpointError as exc:
+        raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+    return user_metadata
 
 
 def _json_bytes(value: Any) -> bytes:

@@ -27,7 +27,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from .converters import convert
 
     path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
-                   split=args.split, step=args.step)
+                   split=args.split, step=args.step, progress=True)  # a bar on a terminal only
     output_console().print(f"converted {args.src} -> {path}", markup=False)
     return 0
 

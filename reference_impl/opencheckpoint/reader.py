@@ -34,6 +34,7 @@ from .arrays import LazyArray, array_view, fill_targets, match_targets, read_arr
 from .convert import materialize_read, materialize_views, numpy_framework, resolve
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
+from .progress import ProgressArg, files_bytes, reporting
 from .steps import CheckpointSteps
 from .tree.decode import materialize
 from .tree.nodes import ArrayRef, PRNGKeyValue
@@ -168,13 +169,15 @@ def read_component(
     map_location: Any = None,
     rename: Any = None,
     subtree: str | None = None,
+    progress: ProgressArg = None,
 ) -> Any:
     """Read one component's stored value (no live object needed), as ``framework`` objects.
 
     If another process replaces the checkpoint while it is read and the reader loses a file it
     could not hold open, the read starts over once on the new checkpoint (R-RDR-13).
     ``rename`` and ``subtree`` select and rename its key paths as in :meth:`Checkpoint.load
-    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`).
+    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`). ``progress``: ``True`` (a bar
+    on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`opencheckpoint.progress`), per component.
     """
     from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
 
@@ -183,7 +186,9 @@ def read_component(
     for attempt in range(2):
         try:
             with CheckpointReader(path) as reader:
-                value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
+                record = reader.components.get(name)
+                with reporting(progress, 0 if record is None else files_bytes([record]), f"reading {name}"):
+                    value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
             break
         except ConcurrentModification:
             if attempt:

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal, TypeVar
 
+from .async_save import SaveHandle, save_in_background
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
 from .container.debris import (
     STALE_AFTER_S,
@@ -51,6 +52,7 @@ from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from .location import local_path
+from .progress import ProgressArg
 from .reader import CheckpointReader
 from .rotation_state import ensure_identity, locked, read_state, record_failures
 from .validate import validate
@@ -153,6 +155,7 @@ class Rotation:
         self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
         #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
         self.failed: dict[Path, str] = {}
+        self._issued = 0  # the last write sequence number this object handed out
 
     def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
         """The name a checkpoint of ``step`` gets."""
@@ -169,6 +172,35 @@ class Rotation:
         components: Collection[str] | None = None,
     ) -> Path:
         """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
+        meta = self._checked(step, metadata)
+        output = format or checkpoint.format
+
+        def write(target: Path) -> Path:
+            path = checkpoint.save(target, components=components, metadata=meta, format=output)
+            return self._published(step, output, target, path)
+
+        return self._guarded(step, lambda: self._begin(step, meta, output, write))
+
+    def save_async(self, checkpoint: Checkpoint, step: int, metadata: Mapping[str, Any] | None = None,
+                   format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
+                   progress: ProgressArg = None) -> SaveHandle:
+        """:meth:`save` in the background (:meth:`Checkpoint.save_async`): pruning runs after publication.
+
+        The handle's ``result()`` is the checkpoint's path once published and pruned.
+        """
+        meta = self._checked(step, metadata)
+        output = format or checkpoint.format
+
+        def start(target: Path) -> SaveHandle:
+            def publish(save: Callable[[], Path]) -> Path:  # in the writer thread: prune once published
+                return self._guarded(step, lambda: self._published(step, output, target, save()))
+
+            return save_in_background(checkpoint, target, components=components, metadata=meta, format=output,
+                                      progress=progress, around=publish)
+
+        return self._guarded(step, lambda: self._begin(step, meta, output, start))
+
+    def _checked(self, step: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
         meta = dict(metadata or {})
@@ -176,20 +208,25 @@ class Rotation:
             key = self.keep_best[0]
             if key not in meta or _metric(meta[key]) is None:
                 raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
+        return meta
+
+    def _guarded(self, step: int, work: Callable[[], _T]) -> _T:
         try:
-            return self._save(checkpoint, step, meta, format or checkpoint.format, components)
+            return work()
         except OSError as exc:  # a file system failure is reported as the library's error, naming the path
             where = exc.filename if isinstance(exc.filename, str) else str(self.directory)
             raise CheckpointError(f"the rotation could not save step {step}: {exc.strerror or exc}",
                                   file=where) from exc
 
-    def _save(self, checkpoint: Checkpoint, step: int, meta: dict[str, Any], output: CheckpointFormat,
-              components: Collection[str] | None) -> Path:
+    def _begin(self, step: int, meta: dict[str, Any], output: CheckpointFormat, write: Callable[[Path], _T]) -> _T:
+        """Mark ``meta`` as this rotation's, then ``write(target)`` (a save, or the start of an async one)."""
         # The bookkeeping and the pruning hold the directory's lock; writing the checkpoint does not, so a
         # writer suspended mid-write never blocks another (rotation_state).
         with locked(self.directory):
             rotation_id = ensure_identity(self.directory)
-            sequence = 1 + max((e.sequence for e in self.entries()), default=0)
+            # An async save of this rotation may not be on disk yet: its number counts too.
+            sequence = 1 + max(self._issued, max((e.sequence for e in self.entries()), default=0))
+            self._issued = sequence
         target = self.path_for(step, output)
         meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence, "rotation": rotation_id,
                               "name": target.name, "writer": process_token()}
@@ -197,9 +234,12 @@ class Rotation:
         if reason is not None:
             logger.warning("replacing %s, which failed verification when a run resumed from this directory (%s)",
                            target, reason)
-        path = checkpoint.save(target, components=components, metadata=meta, format=output)
+        return write(target)
+
+    def _published(self, step: int, output: CheckpointFormat, target: Path, path: Path) -> Path:
+        """After the checkpoint of ``step`` is published at ``path``: bookkeeping and pruning."""
         with locked(self.directory) as held:
-            if reason is not None:
+            if target.name in read_state(self.directory).failed:
                 record_failures(self.directory, {target.name: None}, lock=False)
             if not held:
                 logger.warning("pruning of %s skipped: another process holds its lock (the next save prunes)",
@@ -515,6 +555,9 @@ class RunCheckpointer:
         exclude: components never saved (e.g. a replay buffer rebuilt on resume).
         optional: components restored only if the checkpoint has them.
         resume_path: a checkpoint or run directory to resume from; default: ``directory``'s latest.
+        async_save: save in the background (:meth:`Checkpoint.save_async`): :meth:`save` returns once the
+            state is copied; it first waits for the previous save (raising its error), as do
+            :meth:`restore`, :meth:`wait` and leaving a ``with`` block. Pruning follows publication.
     """
 
     def __init__(
@@ -527,6 +570,7 @@ class RunCheckpointer:
         optional: Collection[str] = (),
         resume_path: str | os.PathLike[str] | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
+        async_save: bool = False,
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
@@ -542,6 +586,20 @@ class RunCheckpointer:
         self.last_saved_step: int | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
+        self.async_save = async_save
+        #: the unfinished async save, if any
+        self.pending: SaveHandle | None = None
+
+    def wait(self) -> Path | None:
+        """Wait for the pending async save; return its path (None if there was none), raise its error."""
+        pending, self.pending = self.pending, None
+        return None if pending is None else pending.result()
+
+    def __enter__(self) -> RunCheckpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wait()
 
     @property
     def components(self) -> list[str]:
@@ -550,6 +608,8 @@ class RunCheckpointer:
 
     def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Path | None:
         """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
+
+        With ``async_save`` the path is where the checkpoint will be published (:attr:`pending`).
 
         A forced save of the step just saved writes nothing. The manifest
         metadata gets ``{"step": step}`` plus ``metadata`` (and the rotation's
@@ -561,8 +621,13 @@ class RunCheckpointer:
                 return None
         elif step - (last if last is not None else 0) < self.interval:
             return None
-        path = self.rotation.save(self.checkpoint, step, metadata={**(metadata or {}), "step": step},
-                                  components=self.components)
+        meta = {**(metadata or {}), "step": step}
+        self.wait()
+        if self.async_save:
+            self.pending = self.rotation.save_async(self.checkpoint, step, metadata=meta, components=self.components)
+            path = self.pending.target
+        else:
+            path = self.rotation.save(self.checkpoint, step, metadata=meta, components=self.components)
         self.last_saved_step = step
         logger.info("saved %s", path)
         return path
@@ -578,6 +643,7 @@ class RunCheckpointer:
         :class:`NotACheckpoint`. Global RNG state restores last (its
         adapter's ``restore_last``).
         """
+        self.wait()
         rotation = self.rotation
         if self.resume_path is not None:
             candidate = self.resume_path

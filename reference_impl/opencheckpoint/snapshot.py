@@ -1,0 +1,154 @@
+"""A checkpoint's state captured now and written later: what :meth:`Checkpoint.save_async` writes.
+
+Every selected component's adapter runs its ``save`` right away, against a
+:class:`RecordingWriter` that keeps what it was asked to write instead of
+writing it: trees as planned :class:`~opencheckpoint.tree.encode.TreePlan`
+documents (the tree already encoded, each distinct array extent listed once),
+JSON values as copies, files as bytes, files an adapter dumps itself
+(``dump(path)``) in a private temporary directory, plus hints and metadata.
+:meth:`Snapshot.copy_arrays` then copies every array extent into host memory
+owned by the snapshot (torch tensors, CUDA ones included, and JAX arrays
+were already turned into NumPy arrays by their adapters while planning), so
+the live state may change as soon as it returns.
+
+:meth:`Snapshot.checkpoint` gives a :class:`~opencheckpoint.Checkpoint` whose
+components replay those calls on the real writer: its ``save`` is the one
+code path every save publishes through (staging, atomic rename, fsync).
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .adapters.base import Adapter, ComponentWriter
+from .adapters.frameworks import convert_leaf
+from .errors import CheckpointError
+from .progress import ProgressArg, reporting
+from .tree.encode import TreePlan
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint
+
+#: One recorded call: replays itself on the real writer.
+_Step = Callable[[ComponentWriter], None]
+
+
+class RecordingWriter(ComponentWriter):
+    """A :class:`ComponentWriter` that records what an adapter writes, to be replayed by :class:`ReplayAdapter`."""
+
+    def __init__(self, directory: Path, *, durable: bool, sha256: bool) -> None:
+        super().__init__(directory, durable=durable, sha256=sha256)
+        self.steps: list[_Step] = []
+        self.plans: list[TreePlan] = []
+
+    def write_tree(self, value: Any) -> None:
+        plan = TreePlan(value, convert_leaf)  # unsupported values raise here, in the caller's thread
+        self.plans.append(plan)
+        self.steps.append(lambda writer: writer.write_tree(plan))
+
+    def write_json(self, value: Any) -> None:
+        kept = copy.deepcopy(value)
+        self.steps.append(lambda writer: writer.write_json(kept))
+
+    def write_file(self, rel: str, data: bytes, *, sha256: bool | None = None) -> None:
+        kept = bytes(data)
+        self.steps.append(lambda writer: writer.write_file(rel, kept, sha256=sha256))
+
+    def inventory_directory(self) -> None:
+        # The files are in the temporary directory now; they are inventoried where they are published.
+        self.steps.append(lambda writer: writer.inventory_directory())
+
+
+class ReplayAdapter(Adapter):
+    """Writes a recorded component: the original adapter's kind, its calls replayed in order."""
+
+    def __init__(self, kind: str, kind_version: int, recording: RecordingWriter) -> None:
+        self.kind = kind
+        self.kind_version = kind_version
+        self.recording = recording
+
+    def save(self, value: Any, writer: ComponentWriter) -> None:
+        dumped = self.recording.directory
+        if dumped.is_dir() and any(dumped.iterdir()):
+            writer.directory.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(dumped, writer.directory, dirs_exist_ok=True)
+        for step in self.recording.steps:
+            step(writer)
+        writer.hints.update(self.recording.hints)
+        if self.recording.metadata is not None:
+            writer.metadata = {**(writer.metadata or {}), **self.recording.metadata}
+
+
+class Snapshot:
+    """The recorded components of one save; :attr:`nbytes` is what :meth:`copy_arrays` allocates."""
+
+    def __init__(self, source: Checkpoint, recordings: dict[str, tuple[Adapter, RecordingWriter]],
+                 scratch: Path) -> None:
+        self.source = source
+        self.recordings = recordings
+        self.scratch = scratch
+        self.nbytes = sum(extent.nbytes for _, rec in recordings.values() for plan in rec.plans
+                          for extent in plan.extents)
+
+    def copy_arrays(self) -> None:
+        """Give every planned array extent its own host copy (the live arrays may change afterwards)."""
+        for _, recording in self.recordings.values():
+            for plan in recording.plans:
+                for extent in plan.extents:
+                    extent.array = np.array(extent.array, order="C", copy=True)
+
+    def checkpoint(self) -> Checkpoint:
+        """A checkpoint of the recorded components, with the source's settings."""
+        from .checkpoint import Checkpoint
+
+        source = self.source
+        replay = Checkpoint(format=source.format, strict=source.strict, sha256=source.sha256, durable=source.durable)
+        for name, (adapter, recording) in self.recordings.items():
+            replay.register(name, None, ReplayAdapter(adapter.kind, adapter.kind_version, recording))
+        return replay
+
+    def release(self) -> None:
+        """Drop the copies and the temporary directory (the snapshot is spent)."""
+        self.recordings = {}
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def record(checkpoint: Checkpoint, names: list[str]) -> Snapshot:
+    """Run the adapters of ``names`` now against recording writers (no array byte is copied yet)."""
+    scratch = Path(tempfile.mkdtemp(prefix="opencheckpoint-snapshot-"))
+    recordings: dict[str, tuple[Adapter, RecordingWriter]] = {}
+    try:
+        for name in names:
+            value = checkpoint.components[name]
+            adapter = checkpoint._adapter(name)
+            writer = RecordingWriter(scratch / name, durable=checkpoint.durable, sha256=checkpoint.sha256)
+            try:
+                adapter.save(value, writer)
+            except CheckpointError as exc:
+                raise exc.at(file=f"component {name!r}") from None  # as Checkpoint.save reports it
+            recordings[name] = (adapter, writer)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return Snapshot(checkpoint, recordings, scratch)
+
+
+def save_planned(checkpoint: Checkpoint, target: Path, names: list[str], progress: ProgressArg,
+                 **options: Any) -> Path:
+    """``checkpoint.save`` of ``names`` with progress: every component is planned first, so the total is known."""
+    snapshot = record(checkpoint, names)
+    try:
+        with reporting(progress, snapshot.nbytes, f"saving {target.name}"):
+            return snapshot.checkpoint().save(target, **options)
+    finally:
+        snapshot.release()
+
+
+__all__ = ["RecordingWriter", "ReplayAdapter", "Snapshot", "record", "save_planned"]
