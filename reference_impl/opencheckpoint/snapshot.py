@@ -30,7 +30,7 @@ import numpy as np
 from .adapters.base import Adapter, ComponentWriter
 from .adapters.frameworks import convert_leaf
 from .errors import CheckpointError
-from .progress import ProgressArg, reporting
+from .progress import ProgressArg, check, reporting
 from .tree.encode import TreePlan
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ def record(checkpoint: Checkpoint, names: list[str]) -> Snapshot:
 def save_planned(checkpoint: Checkpoint, target: Path, names: list[str], progress: ProgressArg,
                  **options: Any) -> Path:
     """``checkpoint.save`` of ``names`` with progress: every component is planned first, so the total is known."""
+    check(progress)
     snapshot = record(checkpoint, names)
     try:
         with reporting(progress, snapshot.nbytes, f"saving {target.name}"):
