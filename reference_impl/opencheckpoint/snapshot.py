@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ import numpy as np
 from .adapters.base import Adapter, ComponentWriter
 from .adapters.frameworks import convert_leaf
 from .errors import CheckpointError
+from .limits import ALIGNMENT
 from .progress import ProgressArg, check, reporting
 from .tree.encode import TreePlan
 
@@ -86,6 +88,29 @@ class ReplayAdapter(Adapter):
             writer.metadata = {**(writer.metadata or {}), **self.recording.metadata}
 
 
+#: Host buffer of a finished snapshot, kept for the next one: a training loop saves the same state
+#: again and again, and copying into memory already mapped avoids the page faults that make copying
+#: into fresh memory several times slower than memcpy (at most one is kept; see :func:`release_buffers`).
+_spare: list[np.ndarray] = []
+_spare_lock = threading.Lock()
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """A host buffer of at least ``nbytes``: the spare one if it is big enough, else a new one."""
+    with _spare_lock:
+        spare = _spare.pop() if _spare else None
+    if spare is not None and spare.nbytes >= nbytes:
+        return spare
+    del spare  # too small: freed before the new one is allocated
+    return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+
+def release_buffers() -> None:
+    """Free the host buffer kept from the last finished async save (the next one allocates afresh)."""
+    with _spare_lock:
+        _spare.clear()
+
+
 class Snapshot:
     """The recorded components of one save; :attr:`nbytes` is what :meth:`copy_arrays` allocates."""
 
@@ -94,15 +119,21 @@ class Snapshot:
         self.source = source
         self.recordings = recordings
         self.scratch = scratch
-        self.nbytes = sum(extent.nbytes for _, rec in recordings.values() for plan in rec.plans
-                          for extent in plan.extents)
+        self.extents = [extent for _, rec in recordings.values() for plan in rec.plans for extent in plan.extents]
+        self.nbytes = sum(-(-extent.nbytes // ALIGNMENT) * ALIGNMENT for extent in self.extents)
+        self._arena: np.ndarray | None = None
 
     def copy_arrays(self) -> None:
-        """Give every planned array extent its own host copy (the live arrays may change afterwards)."""
-        for _, recording in self.recordings.values():
-            for plan in recording.plans:
-                for extent in plan.extents:
-                    extent.array = np.array(extent.array, order="C", copy=True)
+        """Copy every planned array extent into one host buffer the snapshot owns (the live arrays may
+        change afterwards); the buffer is handed to the next snapshot when this one is released."""
+        arena = self._arena = _buffer(self.nbytes)
+        offset = 0
+        for extent in self.extents:
+            source = extent.array
+            copy = arena[offset : offset + extent.nbytes].view(source.dtype).reshape(source.shape)
+            np.copyto(copy, source, casting="no")
+            extent.array = copy
+            offset += -(-extent.nbytes // ALIGNMENT) * ALIGNMENT
 
     def checkpoint(self) -> Checkpoint:
         """A checkpoint of the recorded components, with the source's settings."""
@@ -115,9 +146,14 @@ class Snapshot:
         return replay
 
     def release(self) -> None:
-        """Drop the copies and the temporary directory (the snapshot is spent)."""
-        self.recordings = {}
+        """Drop the copies and the temporary directory (the snapshot is spent); keep the buffer as the spare."""
+        self.recordings, self.extents = {}, []
         shutil.rmtree(self.scratch, ignore_errors=True)
+        arena, self._arena = self._arena, None
+        if arena is not None:
+            with _spare_lock:
+                if not _spare or _spare[0].nbytes < arena.nbytes:
+                    _spare[:] = [arena]
 
 
 def record(checkpoint: Checkpoint, names: list[str]) -> Snapshot:
@@ -152,4 +188,4 @@ def save_planned(checkpoint: Checkpoint, target: Path, names: list[str], progres
         snapshot.release()
 
 
-__all__ = ["RecordingWriter", "ReplayAdapter", "Snapshot", "record", "save_planned"]
+__all__ = ["RecordingWriter", "ReplayAdapter", "Snapshot", "record", "release_buffers", "save_planned"]
