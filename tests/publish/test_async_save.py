@@ -287,3 +287,15 @@ def test_a_failed_save_that_was_waited_for_is_not_logged_again(tmp_path: Path) -
     """, target)
     out, err = process.communicate(timeout=60)
     assert out.strip() == "TargetExists" and "nobody waited" not in err
+
+
+@pytest.mark.jax
+def test_jax_arrays_are_copied_to_host_at_call_time(tmp_path: Path) -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    params = {"w": jnp.arange(6, dtype=jnp.float32)}
+    reached, release = hold_writes("params")
+    handle = Checkpoint(params=params).save_async(tmp_path / "j")
+    assert reached.wait(30)
+    params["w"].delete()  # a donated or freed device buffer: the snapshot does not need it any more
+    release.set()
+    assert read_component(handle.result(), "params")["w"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
