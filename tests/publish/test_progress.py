@@ -92,10 +92,9 @@ def test_threshold_and_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_nested_calls_report_to_the_outer_reporter() -> None:
     recorder = Recorder()
-    with reporting(recorder, 100):
-        with reporting(None, 5) as inner:
-            assert inner is not None  # the outer reporter keeps counting
-            inner.advance(60)
+    with reporting(recorder, 100), reporting(None, 5) as inner:
+        assert inner is not None  # the outer reporter keeps counting
+        inner.advance(60)
     recorder.check(100)
 
 
