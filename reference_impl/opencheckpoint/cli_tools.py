@@ -35,7 +35,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .converters import export
 
-    result = export(args.src, args.dst, to=args.to, component=args.component)
+    result = export(args.src, args.dst, to=args.to, component=args.component,
+                    progress=not args.json)  # a bar on a terminal only
     if args.json:
         print(json.dumps({"path": str(result.path), "tensors": result.tensors, "values": result.values,
                           "skipped": result.skipped}, indent=2))

@@ -104,3 +104,14 @@ def test_a_bad_progress_argument_is_refused_before_any_work(tmp_path: Path) -> N
     with pytest.raises(TypeError, match="progress must be"):
         Checkpoint(a=[1]).save_async(tmp_path / "c", progress=3)  # type: ignore[arg-type]
     assert not (tmp_path / "c").exists()
+
+
+def test_export_reports_the_components_it_reads(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    from opencheckpoint import export
+
+    path = Checkpoint(a=state(), b=state()).save(tmp_path / "c")
+    recorder = Recorder()
+    export(path, tmp_path / "out.safetensors", progress=recorder)
+    recorder.check()
+    assert len(recorder.calls) == 3  # start, then one update per component read
