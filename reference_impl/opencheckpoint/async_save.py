@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import LimitExceeded
 from .location import local_path
+from .producer import checked_metadata, default_producer, utc_timestamp
 from .progress import ProgressArg, reporting
 from .progress import check as check_progress
 from .snapshot import Snapshot, record
@@ -126,8 +127,6 @@ def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
     Everything the manifest records is fixed now: the metadata (copied), the
     id, the creation time (the snapshot's) and the producer.
     """
-    from .checkpoint import checked_metadata, default_producer, utc_timestamp
-
     output = checkpoint._output(format)
     names = checkpoint._selection(checkpoint.save_components if components is None else components)
     options: dict[str, Any] = {

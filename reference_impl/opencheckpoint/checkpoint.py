@@ -15,35 +15,31 @@ True
 
 from __future__ import annotations
 
-import copy
 import errno
 import logging
 import os
-import sys
 import uuid
 import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from .adapters import registry
 from .adapters.base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, prepare_restore, resolve_adapter
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy, Conversion
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent, UnsupportedValue
+from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent
 from .location import local_path
-from .manifest import KIND_VERSIONS, MANIFEST_NAME
+from .manifest import KIND_VERSIONS
 from .manifest_builder import manifest_body
 from .paths import check_segment
+from .producer import checked_metadata, default_producer, runtime_environment, utc_timestamp
 from .progress import ProgressArg, advance, files_bytes, reporting
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
 from .snapshot import save_planned
-from .strict_json import parse_ijson
 
 logger = logging.getLogger("opencheckpoint")
 
@@ -82,26 +78,6 @@ class LoadResult:
     unused: dict[str, list[str]] = field(default_factory=dict)
 
 
-def runtime_environment() -> dict[str, str]:
-    """Versions of the runtime, without importing any framework that is not already loaded."""
-    import numpy
-
-    from . import __version__
-
-    env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": __version__}
-    for name in registry.environment_packages():
-        module = sys.modules.get(name)
-        version = getattr(module, "__version__", None)
-        if isinstance(version, str):
-            env[name] = version
-    return env
-
-
-def default_producer() -> dict[str, Any]:
-    """The producer record of this implementation (spec §5.3), with the runtime's package versions."""
-    return {"name": "opencheckpoint-python", "version": _version(), "environment": runtime_environment()}
-
-
 def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
     runtime = runtime_environment()
     table = {
@@ -110,10 +86,6 @@ def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict
         if name in runtime and name != "opencheckpoint"
     }
     return table, any(not row["matches"] for row in table.values())
-
-
-def utc_timestamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 #: What rename(2) reports when another writer published at the target between our check and our rename.
@@ -471,28 +443,3 @@ class Checkpoint:
             raise IncompatibleComponent("; ".join(problems), file=str(path), result=result)
         if mode == "warn":
             warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
-
-
-def checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of the manifest's user metadata, refused unless it is I-JSON."""
-    user_metadata = copy.deepcopy(dict(metadata or {}))
-    try:
-        parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
-    except CheckpointError as exc:
-        raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
-    return user_metadata
-
-
-def _json_bytes(value: Any) -> bytes:
-    import json
-
-    try:
-        return json.dumps(value, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise UnsupportedValue(f"metadata must be JSON: {exc}", field="metadata") from None
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

@@ -136,13 +136,11 @@ class Snapshot:
             offset += -(-extent.nbytes // ALIGNMENT) * ALIGNMENT
 
     def checkpoint(self) -> Checkpoint:
-        """A checkpoint of the recorded components, with the source's settings."""
-        from .checkpoint import Checkpoint
-
-        source = self.source
-        replay = Checkpoint(format=source.format, strict=source.strict, sha256=source.sha256, durable=source.durable)
-        for name, (adapter, recording) in self.recordings.items():
-            replay.register(name, None, ReplayAdapter(adapter.kind, adapter.kind_version, recording))
+        """The source checkpoint (its class and settings: a shallow copy) holding the recorded components."""
+        replay = copy.copy(self.source)
+        replay.save_components = None
+        replay._components = {name: (None, ReplayAdapter(adapter.kind, adapter.kind_version, recording))
+                              for name, (adapter, recording) in self.recordings.items()}
         return replay
 
     def release(self) -> None:
