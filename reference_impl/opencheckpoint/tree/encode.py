@@ -33,6 +33,7 @@ from ..dtypes import canonical_bools, dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ALIGNMENT, ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
+from ..progress import advance
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
@@ -382,6 +383,7 @@ class TreePlan:
                         piece = piece[written:]
                 if digest is not None:
                     digest.update(chunk)
+                advance(len(view))
 
             for extent in self.extents:
                 padding = extent.offset - position
@@ -463,9 +465,9 @@ def write_tree(
     Into ``directory``, or, given ``archive``, as the members ``<member_prefix>/tree.msgpack`` and
     ``<member_prefix>/data.bin`` streamed straight into the archive (one pass: the array bytes are
     written once, at their final offset; the tree document, which needs their checksums, fills the
-    room reserved before them).
+    room reserved before them). ``value`` may be a :class:`TreePlan` made earlier (an async save's snapshot).
     """
-    plan = TreePlan(value, converter)
+    plan = value if isinstance(value, TreePlan) else TreePlan(value, converter)
     if archive is None:
         data_entry = plan.write_data(directory / "data.bin", durable=durable, sha256=sha256)
         tree_entry = write_small_file(directory / "tree.msgpack", plan.pack(), durable=durable, sha256=sha256)

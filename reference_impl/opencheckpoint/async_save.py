@@ -1,0 +1,246 @@
+"""Saving in the background: :meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>` and its handle.
+
+The caller's thread takes a :mod:`snapshot <opencheckpoint.snapshot>` of the
+state (every array copied into host memory the snapshot owns: as many bytes
+as the state's arrays), then a background thread writes and publishes it
+through ``Checkpoint.save``'s own code path (staging, fsync, atomic rename).
+
+Rules this module owns:
+
+* **One save in flight per target.** A second ``save_async`` (or a ``save``)
+  to a path whose async save has not finished waits for it first.
+* **Memory cap.** Snapshots of unfinished saves hold at most
+  ``max_pending_bytes`` (argument, else :data:`MAX_PENDING_BYTES`; ``None``:
+  no cap): a save whose snapshot would exceed it waits for earlier saves to
+  finish; a snapshot larger than the cap on its own raises
+  :class:`~opencheckpoint.errors.LimitExceeded` before anything is copied.
+* **Exit.** The writer threads are not daemons: a normal interpreter exit
+  finishes every save in flight (an ``atexit`` hook waits too). A failed
+  save whose handle was never waited on is logged as a warning at exit. A
+  process killed mid-save publishes nothing: the previous checkpoint at the
+  target stays whole (the atomic publication rule).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import LimitExceeded
+from .location import local_path
+from .producer import checked_metadata, default_producer, utc_timestamp
+from .progress import ProgressArg, reporting
+from .progress import check as check_progress
+from .snapshot import Snapshot, record
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, CheckpointFormat
+    from .options import CheckpointOptions
+
+logger = logging.getLogger("opencheckpoint")
+
+#: Process-wide cap on the bytes held by the snapshots of unfinished async saves (None: no cap).
+MAX_PENDING_BYTES: int | None = None
+
+_lock = threading.Condition()
+_in_flight: dict[str, SaveHandle] = {}  # target path -> its unfinished save (guarded by _lock)
+_pending_bytes = 0  # snapshot bytes of unfinished saves (guarded by _lock)
+_unobserved_failures: list[SaveHandle] = []  # failed handles nobody waited on yet
+
+
+class SaveHandle:
+    """An async save: :meth:`done`, :meth:`wait`, :meth:`result` (the published path).
+
+    An error of the background save is raised again by :meth:`wait` and
+    :meth:`result`; one never asked for is logged when the process exits.
+    """
+
+    def __init__(self, target: Path, nbytes: int) -> None:
+        self.target = target
+        #: host memory held by this save's snapshot until it finishes
+        self.nbytes = nbytes
+        self._finished = threading.Event()
+        self._path: Path | None = None
+        self._error: BaseException | None = None
+        self._observed = False
+
+    def done(self) -> bool:
+        """True once the save has published its checkpoint or failed."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the save finished (or ``timeout`` seconds passed); re-raise its error.
+
+        Returns True when finished, False on timeout.
+        """
+        if not self._finished.wait(timeout):
+            return False
+        if self._error is not None:
+            if not self._observed and self in _unobserved_failures:
+                _unobserved_failures.remove(self)
+            self._observed = True
+            raise self._error
+        self._observed = True
+        return True
+
+    def result(self, timeout: float | None = None) -> Path:
+        """The published checkpoint's path, once written; re-raises the save's error."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"the async save to {self.target} did not finish within {timeout} s")
+        assert self._path is not None
+        return self._path
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else "published" if self.done() else "in flight"
+        return f"<SaveHandle {self.target} {state}>"
+
+    def _settle(self, path: Path | None, error: BaseException | None) -> None:
+        self._path, self._error = path, error
+        if error is not None:
+            _unobserved_failures.append(self)
+        self._finished.set()
+
+
+def wait_for_target(path: str | os.PathLike[str]) -> None:
+    """Wait for an unfinished async save to ``path`` (not from its own writer thread); its error stays its own."""
+    handle = _in_flight.get(str(local_path(path).absolute()))
+    if handle is not None and threading.current_thread().name != _thread_name(handle.target):
+        handle._finished.wait()
+
+
+def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
+                       components: Collection[str] | None = None, metadata: Mapping[str, Any] | None = None,
+                       format: CheckpointFormat | None = None, checkpoint_id: str | None = None,
+                       created_at: str | None = None, overwrite: bool = True,
+                       producer: Mapping[str, Any] | None = None,
+                       component_options: Mapping[str, CheckpointOptions] | None = None,
+                       progress: ProgressArg = None, max_pending_bytes: int | None = None,
+                       around: Callable[[Callable[[], Path]], Path] | None = None) -> SaveHandle:
+    """:meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>`; ``around(save)`` runs the save in
+    the writer thread and returns the published path (a rotation prunes after it, its errors mapped).
+
+    Everything the manifest records is fixed now: the metadata (copied), the
+    id, the creation time (the snapshot's) and the producer.
+    """
+    output = checkpoint._output(format)
+    names = checkpoint._selection(checkpoint.save_components if components is None else components)
+    chosen = checkpoint._save_options(names, component_options)
+    options: dict[str, Any] = {
+        "metadata": checked_metadata(metadata), "format": output, "overwrite": overwrite,
+        "checkpoint_id": checkpoint_id or uuid.uuid4().hex, "created_at": created_at or utc_timestamp(),
+        "producer": default_producer() if producer is None else copy.deepcopy(dict(producer))}
+
+    def write(replay: Checkpoint, target: Path) -> Path:
+        if around is None:
+            return replay.save(target, **options)
+        return around(lambda: replay.save(target, **options))
+
+    return start(checkpoint, path, names, chosen, write=write, progress=progress,
+                 max_pending_bytes=max_pending_bytes)
+
+
+def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str],
+          options: Mapping[str, CheckpointOptions], *,
+          write: Callable[[Checkpoint, Path], Path], progress: ProgressArg = None,
+          max_pending_bytes: int | None = None) -> SaveHandle:
+    """Snapshot ``names`` of ``checkpoint`` now; run ``write(snapshot_checkpoint, target)`` in a thread.
+
+    ``write`` saves the snapshot's checkpoint (``Checkpoint.save`` with the
+    caller's options; a rotation adds its pruning) and returns the path.
+    """
+    check_progress(progress)
+    target = local_path(path).absolute()
+    key = str(target)
+    handle = SaveHandle(target, 0)
+    with _lock:
+        while key in _in_flight:  # one save in flight per target: wait for the previous one
+            _lock.wait()
+        _in_flight[key] = handle
+    try:
+        snapshot = record(checkpoint, names, options)
+        _reserve(snapshot, handle, MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes)
+    except BaseException:
+        _finish(handle, key, 0)
+        raise
+    try:
+        snapshot.copy_arrays()
+    except BaseException:
+        snapshot.release()
+        _finish(handle, key, handle.nbytes)
+        raise
+    worker = threading.Thread(target=_run, args=(handle, key, snapshot, write, progress),
+                              name=_thread_name(target), daemon=False)
+    worker.start()
+    return handle
+
+
+def _thread_name(target: Path) -> str:
+    return f"opencheckpoint-save:{target}"
+
+
+def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
+    """Count the snapshot's bytes as pending, waiting while that would exceed ``cap``."""
+    global _pending_bytes
+    nbytes = snapshot.nbytes
+    if cap is not None and nbytes > cap:
+        snapshot.release()
+        raise LimitExceeded(f"the state's arrays take {nbytes} bytes, more than max_pending_bytes={cap}: save "
+                            "it with save(), or raise the cap", file=str(handle.target), field="max_pending_bytes")
+    with _lock:
+        while cap is not None and _pending_bytes and _pending_bytes + nbytes > cap:
+            _lock.wait()
+        _pending_bytes += nbytes
+        handle.nbytes = nbytes
+
+
+def _run(handle: SaveHandle, key: str, snapshot: Snapshot, write: Callable[[Checkpoint, Path], Path],
+         progress: ProgressArg) -> None:
+    path: Path | None = None
+    error: BaseException | None = None
+    try:
+        with reporting(progress, snapshot.nbytes, f"saving {handle.target.name}"):
+            path = write(snapshot.checkpoint(), handle.target)
+    except BaseException as exc:  # handed to wait()/result(), never lost
+        error = exc
+    finally:
+        snapshot.release()
+    handle._settle(path, error)
+    _finish(handle, key, handle.nbytes)
+
+
+def _finish(handle: SaveHandle, key: str, nbytes: int) -> None:
+    global _pending_bytes
+    with _lock:
+        _pending_bytes -= nbytes
+        if _in_flight.get(key) is handle:
+            del _in_flight[key]
+        _lock.notify_all()
+    handle._finished.set()
+
+
+def wait_all() -> None:
+    """Wait for every unfinished async save of this process (errors stay with their handles)."""
+    with _lock:
+        handles = list(_in_flight.values())
+    for handle in handles:
+        handle._finished.wait()
+
+
+def _at_exit() -> None:
+    wait_all()
+    for handle in _unobserved_failures:
+        if not handle._observed:
+            logger.warning("async save to %s failed and nobody waited for it: %r", handle.target, handle._error)
+
+
+atexit.register(_at_exit)
+
+__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "start", "wait_all", "wait_for_target"]
+
