@@ -123,17 +123,17 @@ def test_a_failed_pending_save_is_raised_after_the_final_save(tmp_path: Path) ->
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "checkpoint-000000000001").write_text("not ours")  # the save of step 1 fails
-    with pytest.raises(CheckpointError, match="checkpoint-000000000001"):
-        with RunCheckpointer(Checkpoint(value=[1]), run_dir, interval=1, async_save=True) as run:
-            run.save(1)
-            run.last_step = 2  # the loop went on past the failed save's step
+    run = RunCheckpointer(Checkpoint(value=[1]), run_dir, interval=1, async_save=True)
+    with pytest.raises(CheckpointError, match="checkpoint-000000000001"), run:
+        run.save(1)
+        run.last_step = 2  # the loop went on past the failed save's step
     assert run.last_saved_step == 2 and validate(run_dir / "checkpoint-000000000002").ok
 
 
 def test_an_exception_in_the_block_still_waits_for_the_pending_save(tmp_path: Path) -> None:
-    with pytest.raises(KeyError):
-        with RunCheckpointer(Checkpoint(value=[1]), tmp_path / "run", interval=1, async_save=True) as run:
-            run.save(1)
-            raise KeyError("training failed")
+    run = RunCheckpointer(Checkpoint(value=[1]), tmp_path / "run", interval=1, async_save=True)
+    with pytest.raises(KeyError), run:
+        run.save(1)
+        raise KeyError("training failed")
     assert run.pending is None and validate(tmp_path / "run" / "checkpoint-000000000001").ok
     assert names(tmp_path / "run") == ["checkpoint-000000000001"]  # no final save after an exception
