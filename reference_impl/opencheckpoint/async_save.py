@@ -15,10 +15,12 @@ Rules this module owns:
   finish; a snapshot larger than the cap on its own raises
   :class:`~opencheckpoint.errors.LimitExceeded` before anything is copied.
 * **Exit.** The writer threads are not daemons: a normal interpreter exit
-  finishes every save in flight (an ``atexit`` hook waits too). A failed
-  save whose handle was never waited on is logged as a warning at exit. A
-  process killed mid-save publishes nothing: the previous checkpoint at the
-  target stays whole (the atomic publication rule).
+  (end of script, ``sys.exit``, an uncaught exception, ``KeyboardInterrupt``)
+  finishes every save in flight: a threading exit hook waits for them before
+  concurrent.futures stops its pools. A failed save whose handle was never
+  waited on is logged as an error at exit; the exit status is left as the
+  program set it. A process killed mid-save publishes nothing: the previous
+  checkpoint at the target stays whole (the atomic publication rule).
 """
 
 from __future__ import annotations
@@ -234,13 +236,29 @@ def wait_all() -> None:
 
 
 def _at_exit() -> None:
+    """Finish every save in flight, then report each failed one nobody waited for (logged as an error)."""
     wait_all()
     for handle in _unobserved_failures:
         if not handle._observed:
-            logger.warning("async save to %s failed and nobody waited for it: %r", handle.target, handle._error)
+            handle._observed = True  # reported once, whichever exit hook runs first
+            logger.error("async save to %s failed and nobody waited for it; nothing was published there: %r",
+                         handle.target, handle._error)
 
 
-atexit.register(_at_exit)
+def _register_exit_hook() -> None:
+    """Run :func:`_at_exit` among threading's exit hooks: they run at a normal exit (end of script,
+    ``sys.exit``, an uncaught exception or ``KeyboardInterrupt``) before the interpreter joins its threads,
+    and in the reverse order of registration, so this one runs before concurrent.futures' own hook (registered
+    when :mod:`.tree.encode` imported it) stops the thread pools a save in flight still uses."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # not CPython's threading: the plain atexit hook (the tree writer copes)
+        atexit.register(_at_exit)
+    else:
+        register(_at_exit)
+    atexit.register(_at_exit)  # also after the thread joins: a save a hook started is reported too
+
+
+_register_exit_hook()
 
 __all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "start", "wait_all", "wait_for_target"]
 

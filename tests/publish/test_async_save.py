@@ -240,6 +240,38 @@ def test_normal_exit_finishes_a_save_in_flight(tmp_path: Path) -> None:
     assert read_component(target, "w").tolist() == list(np.arange(10.0))
 
 
+@pytest.mark.parametrize(("ending", "status"), [("pass", 0), ("sys.exit(3)", 3), ("raise RuntimeError('x')", 1)])
+def test_any_normal_exit_finishes_a_save_of_a_large_array_in_flight(tmp_path: Path, ending: str,
+                                                                    status: int) -> None:
+    # 1 MiB: the tree writer checksums it in a thread pool, which concurrent.futures stops at exit.
+    target = tmp_path / "c"
+    process = _run(f"""
+        Checkpoint(w=np.zeros(1 << 17)).save(target, metadata={{"step": 1}})
+        Checkpoint(w=np.ones(1 << 17)).save_async(target, metadata={{"step": 2}},
+                                                  progress=lambda done, total: time.sleep(0.2))
+        {ending}
+    """, target)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == status, err
+    assert "failed" not in err
+    report = validate(target)
+    assert report.ok and report.manifest["metadata"] == {"step": 2}
+    assert read_component(target, "w").sum() == 1 << 17
+
+
+def test_the_tree_writer_checksums_inline_when_its_pool_refuses_work(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    values = np.arange(1 << 17, dtype=np.float64)
+    path = Checkpoint(w=values).save_async(tmp_path / "c").result()
+    assert validate(path).ok and np.array_equal(read_component(path, "w"), values)
+
+
 def test_sigkill_with_a_save_in_flight_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
     target = tmp_path / "c"
     process = _run("""

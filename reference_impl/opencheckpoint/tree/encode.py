@@ -135,6 +135,16 @@ def _combine(crc1: int, crc2: int, len2: int) -> int:
     return _multmodp(_x8n(len2), crc1) ^ crc2
 
 
+
+def _crc_in(pool: ThreadPoolExecutor, buffer: Any) -> Future[int] | None:
+    """The checksum of ``buffer`` computed in ``pool`` while the caller writes it; None when the pool refuses
+    work: at interpreter exit concurrent.futures stops accepting it, and a save still in flight then (an
+    async save finishing at exit) checksums inline instead of failing."""
+    try:
+        return pool.submit(_crc32c, buffer)
+    except RuntimeError:
+        return None
+
 class TreePlan:
     """The msgpack-ready node structure of a value and the arrays to write, with offsets."""
 
@@ -404,8 +414,8 @@ class TreePlan:
                         file_crc = _crc32c(pending, file_crc)
                         emit(pending)
                         pending = bytearray()
-                    if extent.nbytes >= _THREADED_CRC_BYTES:
-                        future: Future[int] = pool.submit(_crc32c, buffer)
+                    future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
+                    if future is not None:
                         emit(buffer)
                         crc = future.result()
                     else:
