@@ -55,6 +55,8 @@ _lock = threading.Condition()
 _in_flight: dict[str, SaveHandle] = {}  # target path -> its unfinished save (guarded by _lock)
 _pending_bytes = 0  # snapshot bytes of unfinished saves (guarded by _lock)
 _unobserved_failures: list[SaveHandle] = []  # failed handles nobody waited on yet
+#: In a writer thread, ``handle`` is the save it writes: what that thread (its progress callback) must not wait for.
+_writer = threading.local()
 
 
 class SaveHandle:
@@ -66,6 +68,8 @@ class SaveHandle:
 
     def __init__(self, target: Path, nbytes: int) -> None:
         self.target = target
+        #: the target's one key per location (:func:`target_key`): saves with the same key never overlap
+        self.key = target_key(target)
         #: host memory held by this save's snapshot until it finishes
         self.nbytes = nbytes
         self._finished = threading.Event()
@@ -82,6 +86,9 @@ class SaveHandle:
 
         Returns True when finished, False on timeout.
         """
+        if _writing(self):
+            raise RuntimeError(f"the async save to {self.target} cannot wait for itself: its progress callback "
+                               "runs in its writer thread; wait for the handle from another thread")
         if not self._finished.wait(timeout):
             return False
         if self._error is not None:
@@ -103,6 +110,14 @@ class SaveHandle:
         state = "failed" if self._error is not None else "published" if self.done() else "in flight"
         return f"<SaveHandle {self.target} {state}>"
 
+    def _orphan(self, parent: int) -> None:
+        """In a forked child: the save runs in process ``parent`` only; waiting here raises at once."""
+        self._finished = threading.Event()  # its lock may have been held by a thread the child does not have
+        self._error = RuntimeError(f"the async save to {self.target} runs in process {parent}, not in this "
+                                   "forked child; wait for it in that process")
+        self._observed = True  # the parent reports its own failures
+        self._finished.set()
+
     def _settle(self, path: Path | None, error: BaseException | None) -> None:
         self._path, self._error = path, error
         if error is not None:
@@ -110,10 +125,21 @@ class SaveHandle:
         self._finished.set()
 
 
+def target_key(target: Path) -> str:
+    """One key per place on disk, however the path is spelled: the parent's real path (symbolic links and
+    ``..`` resolved) joined with the name (the target itself is never followed: a save refuses a link there)."""
+    return os.path.join(os.path.realpath(target.parent), target.name)
+
+
+def _writing(handle: SaveHandle) -> bool:
+    """Whether the calling thread is ``handle``'s writer (its progress callback runs there)."""
+    return getattr(_writer, "handle", None) is handle
+
+
 def wait_for_target(path: str | os.PathLike[str]) -> None:
     """Wait for an unfinished async save to ``path`` (not from its own writer thread); its error stays its own."""
-    handle = _in_flight.get(str(local_path(path).absolute()))
-    if handle is not None and threading.current_thread().name != _thread_name(handle.target):
+    handle = _in_flight.get(target_key(local_path(path).absolute()))
+    if handle is not None and not _writing(handle):
         handle._finished.wait()
 
 
@@ -136,13 +162,14 @@ def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
     chosen = checkpoint._save_options(names, component_options)
     options: dict[str, Any] = {
         "metadata": checked_metadata(metadata), "format": output, "overwrite": overwrite,
-        "checkpoint_id": checkpoint_id or uuid.uuid4().hex, "created_at": created_at or utc_timestamp(),
+        "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
         "producer": default_producer() if producer is None else copy.deepcopy(dict(producer))}
 
-    def write(replay: Checkpoint, target: Path) -> Path:
+    def write(replay: Checkpoint, target: Path, taken_at: str) -> Path:
+        fixed = {**options, "created_at": created_at or taken_at}
         if around is None:
-            return replay.save(target, **options)
-        return around(lambda: replay.save(target, **options))
+            return replay.save(target, **fixed)
+        return around(lambda: replay.save(target, **fixed))
 
     return start(checkpoint, path, names, chosen, write=write, progress=progress,
                  max_pending_bytes=max_pending_bytes)
@@ -150,24 +177,31 @@ def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
 
 def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str],
           options: Mapping[str, CheckpointOptions], *,
-          write: Callable[[Checkpoint, Path], Path], progress: ProgressArg = None,
+          write: Callable[[Checkpoint, Path, str], Path], progress: ProgressArg = None,
           max_pending_bytes: int | None = None) -> SaveHandle:
-    """Snapshot ``names`` of ``checkpoint`` now; run ``write(snapshot_checkpoint, target)`` in a thread.
+    """Snapshot ``names`` of ``checkpoint`` now; run ``write(snapshot_checkpoint, target, taken_at)`` in a thread.
 
     ``write`` saves the snapshot's checkpoint (``Checkpoint.save`` with the
-    caller's options; a rotation adds its pruning) and returns the path.
+    caller's options; a rotation adds its pruning) and returns the path;
+    ``taken_at`` is the snapshot's time (after any wait for an earlier save
+    to the same target), the manifest's ``created_at``.
     """
     check_progress(progress)
+    cap = checked_cap(MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes)
     target = local_path(path).absolute()
-    key = str(target)
     handle = SaveHandle(target, 0)
+    key = handle.key
     with _lock:
+        if key in _in_flight and _writing(_in_flight[key]):
+            raise RuntimeError(f"an async save to {target} cannot start from the progress callback of the save "
+                               "to that target: it would wait for itself")
         while key in _in_flight:  # one save in flight per target: wait for the previous one
             _lock.wait()
         _in_flight[key] = handle
     try:
+        taken_at = utc_timestamp()
         snapshot = record(checkpoint, names, options)
-        _reserve(snapshot, handle, MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes)
+        _reserve(snapshot, handle, cap)
     except BaseException:
         _finish(handle, key, 0)
         raise
@@ -177,7 +211,10 @@ def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str]
         snapshot.release()
         _finish(handle, key, handle.nbytes)
         raise
-    worker = threading.Thread(target=_run, args=(handle, key, snapshot, write, progress),
+    def write_snapshot(replay: Checkpoint, where: Path) -> Path:
+        return write(replay, where, taken_at)
+
+    worker = threading.Thread(target=_run, args=(handle, key, snapshot, write_snapshot, progress),
                               name=_thread_name(target), daemon=False)
     worker.start()
     return handle
@@ -185,6 +222,17 @@ def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str]
 
 def _thread_name(target: Path) -> str:
     return f"opencheckpoint-save:{target}"
+
+
+def checked_cap(cap: object) -> int | None:
+    """``max_pending_bytes`` (or :data:`MAX_PENDING_BYTES`): None or a positive int, else a clear error."""
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int):
+        raise TypeError(f"max_pending_bytes must be a positive int (bytes) or None, got {cap!r}")
+    if cap <= 0:
+        raise ValueError(f"max_pending_bytes must be a positive number of bytes, got {cap}")
+    return cap
 
 
 def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
@@ -197,6 +245,10 @@ def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
                             "it with save(), or raise the cap", file=str(handle.target), field="max_pending_bytes")
     with _lock:
         while cap is not None and _pending_bytes and _pending_bytes + nbytes > cap:
+            if getattr(_writer, "handle", None) is not None:
+                snapshot.release()
+                raise RuntimeError("an async save started from a progress callback would wait for memory held by "
+                                   f"the save that callback reports on (max_pending_bytes={cap})")
             _lock.wait()
         _pending_bytes += nbytes
         handle.nbytes = nbytes
@@ -206,6 +258,7 @@ def _run(handle: SaveHandle, key: str, snapshot: Snapshot, write: Callable[[Chec
          progress: ProgressArg) -> None:
     path: Path | None = None
     error: BaseException | None = None
+    _writer.handle = handle
     try:
         with reporting(progress, snapshot.nbytes, f"saving {handle.target.name}"):
             path = write(snapshot.checkpoint(), handle.target)
@@ -259,6 +312,23 @@ def _register_exit_hook() -> None:
 
 
 _register_exit_hook()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's writer threads: forget their saves (their handles raise if
+    waited on here) and replace the lock, which one of those threads may have held at the fork."""
+    global _lock, _pending_bytes
+    _lock = threading.Condition()
+    orphans = list(_in_flight.values())
+    _in_flight.clear()
+    _pending_bytes = 0
+    _unobserved_failures.clear()  # the parent's to report
+    parent = os.getppid()
+    for handle in orphans:
+        handle._orphan(parent)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "start", "wait_all", "wait_for_target"]
 

@@ -19,6 +19,7 @@ code path every save publishes through (staging, atomic rename, fsync).
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import tempfile
 import threading
@@ -106,6 +107,14 @@ def _buffer(nbytes: int) -> np.ndarray:
         return spare
     del spare  # too small: freed before the new one is allocated
     return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+
+def _after_fork_in_child() -> None:
+    global _spare_lock
+    _spare_lock = threading.Lock()  # a writer thread the child does not have may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def release_buffers() -> None:
