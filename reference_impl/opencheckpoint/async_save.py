@@ -154,8 +154,9 @@ def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
     """:meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>`; ``around(save)`` runs the save in
     the writer thread and returns the published path (a rotation prunes after it, its errors mapped).
 
-    Everything the manifest records is fixed now: the metadata (copied), the
-    id, the creation time (the snapshot's) and the producer.
+    Everything the manifest records is fixed before this returns: the metadata
+    (copied), the id and the producer now, the creation time when the
+    snapshot is taken (after any wait for an earlier save to the target).
     """
     output = checkpoint._output(format)
     names = checkpoint._selection(checkpoint.save_components if components is None else components)
