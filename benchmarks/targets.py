@@ -54,6 +54,10 @@ def _speed_ratio(found: dict[str, Result], ours: str, theirs: str) -> tuple[floa
     return b.seconds / a.seconds, f"{a.name} {a.seconds * 1e3:.1f} ms vs {b.name} {b.seconds * 1e3:.1f} ms"
 
 
+def _async_result(results: Sequence[Result], operation: str, label: str) -> Result | None:
+    return next((r for r in results if r.group == "async save" and r.name == f"{operation} ({label})"), None)
+
+
 def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> list[Row]:
     """Every target of DESIGN.md "Performance targets" with its measured ratio."""
     found = _by_name(results)
@@ -84,6 +88,15 @@ def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> lis
                             detail=f"{full.seconds * 1e3:.2f} ms vs {small.seconds * 1e3:.2f} ms"))
     speed("tiny arrays save >= 3 x safetensors", "tiny OpenCheckpoint save", "tiny safetensors save", 3.0)
     speed("tiny arrays load >= 2 x safetensors", "tiny OpenCheckpoint load", "tiny safetensors load", 2.0)
+    for label in ("numpy", "torch"):
+        blocked = _async_result(results, "save_async blocked", label)
+        for baseline in ("memcpy", "copy into fresh memory"):
+            copied = _async_result(results, baseline, label)
+            if blocked is not None and copied is not None:
+                rows.append(Row(f"save_async blocks <= 1.5 x {baseline} ({label}; time ratio)",
+                                blocked.seconds / copied.seconds, 1.5,
+                                higher_is_better=False,
+                                detail=f"{blocked.seconds * 1e3:.1f} ms vs {copied.seconds * 1e3:.1f} ms"))
     for busy in sorted({r.group for r in results if r.group.startswith("busy neighbour")}):
         here = {r.name: r for r in results if r.group == busy}
         copy_threads = next((name for name in here if name.startswith("copy_ (torch threads")), None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .arrays import LazyArray
+from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
 from .converters import ConversionError, ExportResult, convert, export
 from .diffing import DiffReport, diff
@@ -67,6 +68,7 @@ __all__ = [
     "NamedTupleValue",
     "NotACheckpoint",
     "PRNGKeyValue",
+    "SaveHandle",
     "TargetExists",
     "TreeError",
     "UnknownComponentKind",

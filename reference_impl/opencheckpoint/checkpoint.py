@@ -20,16 +20,14 @@ import errno
 import functools
 import logging
 import os
-import sys
 import uuid
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import loading
-from .adapters import registry
 from .adapters.base import Adapter, ComponentWriter, resolve_adapter
+from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy
 from .collectives import DEFAULT_TIMEOUT, resolve_collective
 from .container.publish import fault_point
@@ -37,16 +35,17 @@ from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, UnsupportedValue
 from .loading import LoadResult
 from .location import local_path
-from .manifest import MANIFEST_NAME
 from .manifest_builder import manifest_body
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
 from .probe import is_checkpoint, manifest
+from .producer import checked_metadata, default_producer, runtime_environment, utc_timestamp
+from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
 from .restore_plan import Rename, RestorePlan
 from .sharding.collective_save import save_collective
 from .sharding.sink import LocalSink
-from .strict_json import parse_ijson
+from .snapshot import save_planned
 from .tree.sink import current_sink, installed
 
 if TYPE_CHECKING:
@@ -60,26 +59,6 @@ _FORMATS = ("directory", "archive")
 __all__ = ["Checkpoint", "CheckpointFormat", "CheckpointOptions", "LoadResult", "Strictness"]
 
 
-def runtime_environment() -> dict[str, str]:
-    """Versions of the runtime, without importing any framework that is not already loaded."""
-    import numpy
-
-    from . import __version__
-
-    env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": __version__}
-    for name in registry.environment_packages():
-        module = sys.modules.get(name)
-        version = getattr(module, "__version__", None)
-        if isinstance(version, str):
-            env[name] = version
-    return env
-
-
-def default_producer() -> dict[str, Any]:
-    """The producer record of this implementation (spec §5.3), with the runtime's package versions."""
-    return {"name": "opencheckpoint-python", "version": _version(), "environment": runtime_environment()}
-
-
 def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
     runtime = runtime_environment()
     table = {
@@ -88,10 +67,6 @@ def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict
         if name in runtime and name != "opencheckpoint"
     }
     return table, any(not row["matches"] for row in table.values())
-
-
-def utc_timestamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 #: What rename(2) reports when another writer published at the target between our check and our rename.
@@ -239,6 +214,7 @@ class Checkpoint:
         component_options: Mapping[str, CheckpointOptions] | None = None,
         process_group: Any = None,
         timeout: float = DEFAULT_TIMEOUT,
+        progress: ProgressArg = None,
     ) -> Path:
         """Write the selected components atomically to ``path`` and return it.
 
@@ -263,21 +239,24 @@ class Checkpoint:
         "Scaling out"; ``process_group``: default the world group, or any
         :class:`opencheckpoint.sharding.Collective`); if a rank fails, every
         other raises within ``timeout`` seconds per step and nothing is published.
+        ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`.progress`).
+        An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
         target = local_path(path).absolute()
-        output = format or self.format
-        if output not in _FORMATS:
-            raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        wait_for_target(target)
+        output = self._output(format)
         names = self._selection(self.save_components if components is None else components)
-        overrides = check_option_names(component_options, names, "save")
-        options = {name: self._merged(name, overrides) for name in names}
+        options = self._save_options(names, component_options)
         adapters = {name: self._adapter(name, options[name]) for name in names}  # usage errors before any write
-        user_metadata = dict(metadata or {})
-        try:
-            parse_ijson(_json_bytes(user_metadata), file=MANIFEST_NAME)
-        except CheckpointError as exc:
-            raise UnsupportedValue(f"metadata must be I-JSON: {exc.message}", field="metadata") from None
+        user_metadata = checked_metadata(metadata)
         collective = resolve_collective(process_group, timeout)
+        if progress:  # the total must be known up front: every component is planned, then written
+            if collective is not None:
+                raise UnsupportedValue("progress= is not supported in a collective (multi-rank) save",
+                                       field="progress")
+            return save_planned(self, target, names, options, progress, metadata=user_metadata, format=output,
+                                producer=producer, checkpoint_id=checkpoint_id, created_at=created_at,
+                                overwrite=overwrite)
         body = functools.partial(
             _manifest, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
             producer=default_producer() if producer is None else producer, metadata=user_metadata)
@@ -313,6 +292,53 @@ class Checkpoint:
                     records[name]["kind_version"] = 2  # a tree with sharded arrays (format version 2)
         return records
 
+    def save_async(self, path: str | os.PathLike[str], *, components: Collection[str] | None = None,
+                   metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+                   checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+                   producer: Mapping[str, Any] | None = None,
+                   component_options: Mapping[str, CheckpointOptions] | None = None,
+                   progress: ProgressArg = None, max_pending_bytes: int | None = None) -> SaveHandle:
+        """Snapshot the selected components now and :meth:`save` them in a background thread.
+
+        Takes :meth:`save`'s arguments; returns a :class:`~opencheckpoint.async_save.SaveHandle`
+        (``done()``, ``wait()``, ``result()``: the published path; errors are raised again there).
+        On return every array is copied to host memory (torch, CUDA included, NumPy, JAX;
+        ``state_dict()``/``dump()`` ran now): the live state may change. The copy holds the
+        state's array bytes until the save ends; ``max_pending_bytes`` caps what unfinished saves
+        hold (over it a save waits; one larger than the cap raises :class:`~.errors.LimitExceeded`). One
+        save in flight per target: a save to that path waits for it. Publication is
+        :meth:`save`'s; a normal exit finishes it first. See the docs page "Async save".
+
+        Examples:
+            >>> import numpy as np, tempfile, os
+            >>> from opencheckpoint import read_component
+            >>> weights = {"w": np.ones(3, dtype=np.float32)}
+            >>> handle = Checkpoint(weights=weights).save_async(os.path.join(tempfile.mkdtemp(), "step-1"))
+            >>> weights["w"][:] = 7  # the snapshot was taken: the save still writes ones
+            >>> read_component(handle.result(), "weights")["w"].tolist(), handle.done()
+            ([1.0, 1.0, 1.0], True)
+        """
+        if resolve_collective(None, DEFAULT_TIMEOUT) is not None:
+            # Collectives from a background thread would race the training loop's own on the same group.
+            raise UnsupportedValue("save_async is not supported in a multi-process job (torch.distributed or "
+                                   "jax.distributed); call save on every rank", field="save_async")
+        return save_in_background(self, path, components=components, metadata=metadata, format=format,
+                                  checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
+                                  producer=producer, component_options=component_options, progress=progress,
+                                  max_pending_bytes=max_pending_bytes)
+
+    def _output(self, format: CheckpointFormat | None) -> CheckpointFormat:
+        output = format or self.format
+        if output not in _FORMATS:
+            raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        return output
+
+    def _save_options(self, names: list[str],
+                      component_options: Mapping[str, CheckpointOptions] | None) -> dict[str, CheckpointOptions]:
+        """Each saved component's options: the registered ones with this save's ``component_options`` merged."""
+        overrides = check_option_names(component_options, names, "save")
+        return {name: self._merged(name, overrides) for name in names}
+
     def _save_component(self, name: str, root: Path, archive: ArchiveWriter | None, adapter: Adapter,
                         options: CheckpointOptions) -> dict[str, Any]:
         value, _ = self._components[name]
@@ -342,6 +368,7 @@ class Checkpoint:
         cast: CastPolicy = None,
         subtree: str | None = None,
         component_options: Mapping[str, CheckpointOptions] | None = None,
+        progress: ProgressArg = None,
     ) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
@@ -373,7 +400,7 @@ class Checkpoint:
         adapter whose own restore step raises after the checks (an object's
         ``load_state_dict`` rejecting verified state, a one-phase adapter);
         such restores run first, and the error's ``result.loaded`` lists what
-        was restored before it.
+        was restored before it. ``progress``: as in :meth:`save` (per component read).
         """
         requested = self._selection(components)
         overrides = check_option_names(component_options, requested, "load")
@@ -395,7 +422,8 @@ class Checkpoint:
             live = {name: self._components[name][0] for name in requested}
             plan = loading.plan_loads(stored, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
-            prepared = loading.prepare_all(plan, reader, result, path)
+            with reporting(progress, files_bytes(stored[load.name] for load in plan), f"loading {path}"):
+                prepared = loading.prepare_all(plan, reader, result, path)
             loading.apply_all(prepared, result, path)
         return result
 
@@ -405,16 +433,3 @@ def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, An
     return manifest_body(records, format_version=2 if sharded else 1, **fields)
 
 
-def _json_bytes(value: Any) -> bytes:
-    import json
-
-    try:
-        return json.dumps(value, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise UnsupportedValue(f"metadata must be JSON: {exc}", field="metadata") from None
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

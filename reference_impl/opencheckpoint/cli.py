@@ -35,18 +35,9 @@ def _human(size: int) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
     from .validate import validate
 
-    console = Console(stderr=True)
-    if args.json or not console.is_terminal:
-        report = validate(args.path)
-    else:
-        with Progress("validating", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console,
-                      transient=True) as bar:
-            task = bar.add_task("validate", total=None)
-            report = validate(args.path, progress=lambda done: bar.update(task, completed=done))
+    report = validate(args.path, progress=not args.json)  # a bar on a terminal only (opencheckpoint.progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -27,7 +27,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from .converters import convert
 
     path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
-                   split=args.split, step=args.step)
+                   split=args.split, step=args.step, progress=True)  # a bar on a terminal only
     output_console().print(f"converted {args.src} -> {path}", markup=False)
     return 0
 
@@ -35,7 +35,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .converters import export
 
-    result = export(args.src, args.dst, to=args.to, component=args.component)
+    result = export(args.src, args.dst, to=args.to, component=args.component,
+                    progress=not args.json)  # a bar on a terminal only
     if args.json:
         print(json.dumps({"path": str(result.path), "tensors": result.tensors, "values": result.values,
                           "skipped": result.skipped}, indent=2))

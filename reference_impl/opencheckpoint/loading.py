@@ -23,6 +23,7 @@ from .errors import CheckpointError, IncompatibleComponent
 from .kind_migrations import missing_step
 from .manifest import KIND_VERSIONS
 from .options import CheckpointOptions, Strictness
+from .progress import advance, files_bytes
 from .reader import CheckpointReader
 from .restore_plan import RestorePlan
 
@@ -148,6 +149,7 @@ def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
         except IncompatibleComponent as exc:
             incompatible(result, load, exc, path)
             continue
+        advance(files_bytes([reader.components[load.name]]))
         result.conversions += component_reader.plan.conversions
         if component_reader.plan.unused:
             result.unused[load.name] = list(component_reader.plan.unused)

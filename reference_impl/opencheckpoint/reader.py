@@ -37,6 +37,7 @@ from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
 from .kind_migrations import has_migrations, migrate_files, newest_version
 from .manifest import KIND_VERSIONS
+from .progress import ProgressArg, files_bytes, reporting
 from .sharding.reading import LazyShardedArray, assemble
 from .steps import CheckpointSteps
 from .tree.decode import DecodedTree, materialize
@@ -230,6 +231,7 @@ def read_component(
     rename: Any = None,
     subtree: str | None = None,
     default: Any = NO_DEFAULT,
+    progress: ProgressArg = None,
 ) -> Any:
     """Read one component's stored value (no live object needed), as ``framework`` objects.
 
@@ -251,7 +253,8 @@ def read_component(
     If another process replaces the checkpoint while it is read and the reader loses a file it
     could not hold open, the read starts over once on the new checkpoint (R-RDR-13).
     ``rename`` and ``subtree`` select and rename its key paths as in :meth:`Checkpoint.load
-    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`).
+    <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`). ``progress``: ``True`` (a bar
+    on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`opencheckpoint.progress`), per component.
     """
     from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
 
@@ -262,7 +265,9 @@ def read_component(
             with CheckpointReader(path) as reader:
                 if default is not NO_DEFAULT and name not in reader.components:
                     return default
-                value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
+                record = reader.components.get(name)
+                with reporting(progress, 0 if record is None else files_bytes([record]), f"reading {name}"):
+                    value = reader.read(name, framework=framework, verify=verify, map_location=map_location)
             break
         except ConcurrentModification:
             if attempt:

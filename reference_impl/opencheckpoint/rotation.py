@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from .async_save import SaveHandle, save_in_background
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
 from .container.debris import (
     STALE_AFTER_S,
@@ -32,6 +33,7 @@ from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from .location import local_path
+from .progress import ProgressArg
 from .reader import CheckpointReader
 from .rotation_state import ensure_identity, locked, read_state, record_failures
 from .validate import validate
@@ -134,6 +136,7 @@ class Rotation:
         self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
         #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
         self.failed: dict[Path, str] = {}
+        self._issued = 0  # the last write sequence number this object handed out
 
     def path_for(self, step: int, format: CheckpointFormat = "directory") -> Path:
         """The name a checkpoint of ``step`` gets."""
@@ -150,6 +153,33 @@ class Rotation:
         components: Collection[str] | None = None,
     ) -> Path:
         """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
+        meta = self._checked(step, metadata)
+        output = format or checkpoint.format
+
+        def write(target: Path) -> Path:
+            path = checkpoint.save(target, components=components, metadata=meta, format=output)
+            return self._published(step, output, target, path)
+
+        return self._guarded(step, lambda: self._begin(step, meta, output, write))
+
+    def save_async(self, checkpoint: Checkpoint, step: int, metadata: Mapping[str, Any] | None = None,
+                   format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
+                   progress: ProgressArg = None) -> SaveHandle:
+        """:meth:`save` in the background (:meth:`Checkpoint.save_async`); pruning follows publication, and the
+        handle's ``result()`` is the checkpoint's path once published and pruned."""
+        meta = self._checked(step, metadata)
+        output = format or checkpoint.format
+
+        def start(target: Path) -> SaveHandle:
+            def publish(save: Callable[[], Path]) -> Path:  # in the writer thread: prune once published
+                return self._guarded(step, lambda: self._published(step, output, target, save()))
+
+            return save_in_background(checkpoint, target, components=components, metadata=meta, format=output,
+                                      progress=progress, around=publish)
+
+        return self._guarded(step, lambda: self._begin(step, meta, output, start))
+
+    def _checked(self, step: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
         meta = dict(metadata or {})
@@ -157,20 +187,25 @@ class Rotation:
             key = self.keep_best[0]
             if key not in meta or _metric(meta[key]) is None:
                 raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
+        return meta
+
+    def _guarded(self, step: int, work: Callable[[], _T]) -> _T:
         try:
-            return self._save(checkpoint, step, meta, format or checkpoint.format, components)
+            return work()
         except OSError as exc:  # a file system failure is reported as the library's error, naming the path
             where = exc.filename if isinstance(exc.filename, str) else str(self.directory)
             raise CheckpointError(f"the rotation could not save step {step}: {exc.strerror or exc}",
                                   file=where) from exc
 
-    def _save(self, checkpoint: Checkpoint, step: int, meta: dict[str, Any], output: CheckpointFormat,
-              components: Collection[str] | None) -> Path:
+    def _begin(self, step: int, meta: dict[str, Any], output: CheckpointFormat, write: Callable[[Path], _T]) -> _T:
+        """Mark ``meta`` as this rotation's, then ``write(target)`` (a save, or the start of an async one)."""
         # The bookkeeping and the pruning hold the directory's lock; writing the checkpoint does not, so a
         # writer suspended mid-write never blocks another (rotation_state).
         with locked(self.directory):
             rotation_id = ensure_identity(self.directory)
-            sequence = 1 + max((e.sequence for e in self.entries()), default=0)
+            # An async save of this rotation may not be on disk yet: its number counts too.
+            sequence = 1 + max(self._issued, max((e.sequence for e in self.entries()), default=0))
+            self._issued = sequence
         target = self.path_for(step, output)
         meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence, "rotation": rotation_id,
                               "name": target.name, "writer": process_token()}
@@ -178,9 +213,12 @@ class Rotation:
         if reason is not None:
             logger.warning("replacing %s, which failed verification when a run resumed from this directory (%s)",
                            target, reason)
-        path = checkpoint.save(target, components=components, metadata=meta, format=output)
+        return write(target)
+
+    def _published(self, step: int, output: CheckpointFormat, target: Path, path: Path) -> Path:
+        """After the checkpoint of ``step`` is published at ``path``: bookkeeping and pruning."""
         with locked(self.directory) as held:
-            if reason is not None:
+            if target.name in read_state(self.directory).failed:
                 record_failures(self.directory, {target.name: None}, lock=False)
             if not held:
                 logger.warning("pruning of %s skipped: another process holds its lock (the next save prunes)",

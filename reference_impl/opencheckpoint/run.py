@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
 from .errors import CheckpointError, NotACheckpoint
 from .location import local_path
@@ -87,11 +88,17 @@ class RunCheckpointer:
             ``"config"``. Default ``False``: the configuration the script was
             started with stays in force on resume (a changed learning rate or
             step budget is not silently reverted), as in torchrl.
+        async_save: save in the background (:meth:`Checkpoint.save_async`): :meth:`save` returns once the
+            state is copied; it first waits for the previous save (raising its error), as do
+            :meth:`restore`, :meth:`wait` and leaving a ``with`` block. Pruning follows publication.
 
     Used as a context manager, leaving the ``with`` block normally saves the
     last step :meth:`save` was called with (:meth:`finish`), so the steps
     after the last scheduled save are never lost; leaving it by an exception
-    saves nothing (the state may be half-updated).
+    saves nothing (the state may be half-updated). Either way the pending
+    async save is waited for first; on a normal exit its error is raised
+    after the final save was attempted, on an exception it is logged (the
+    exception that ended the block is the one raised).
 
     Examples:
         >>> import tempfile
@@ -117,6 +124,7 @@ class RunCheckpointer:
         resume_path: str | os.PathLike[str] | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
         overwrite_config: bool = False,
+        async_save: bool = False,
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
@@ -136,6 +144,14 @@ class RunCheckpointer:
         self.last_step: int | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
+        self.async_save = async_save
+        #: the unfinished async save, if any
+        self.pending: SaveHandle | None = None
+
+    def wait(self) -> Path | None:
+        """Wait for the pending async save; return its path (None if there was none), raise its error."""
+        pending, self.pending = self.pending, None
+        return None if pending is None else pending.result()
 
     @property
     def components(self) -> list[str]:
@@ -144,6 +160,8 @@ class RunCheckpointer:
 
     def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Path | None:
         """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
+
+        With ``async_save`` the path is where the checkpoint will be published (:attr:`pending`).
 
         A forced save of the step just saved writes nothing; with
         ``directory=None`` nothing is ever written. The manifest metadata gets
@@ -159,8 +177,13 @@ class RunCheckpointer:
                 return None
         elif step - (last if last is not None else 0) < self.interval:
             return None
-        path = self.rotation.save(self.checkpoint, step, metadata={**(metadata or {}), "step": step},
-                                  components=self.components)
+        meta = {**(metadata or {}), "step": step}
+        self.wait()
+        if self.async_save:
+            self.pending = self.rotation.save_async(self.checkpoint, step, metadata=meta, components=self.components)
+            path = self.pending.target
+        else:
+            path = self.rotation.save(self.checkpoint, step, metadata=meta, components=self.components)
         self.last_saved_step = step
         logger.info("saved %s", path)
         return path
@@ -176,8 +199,20 @@ class RunCheckpointer:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.finish()
+        if exc_type is not None:  # the block's exception wins; the pending save still finishes
+            try:
+                self.wait()
+            except Exception as error:  # reported, not raised over the block's exception
+                logger.error("the pending async save failed while the run ended by an exception: %r", error)
+            return
+        try:
+            self.wait()
+        except BaseException:
+            self.finish()  # the newest state is still saved, then the earlier save's error is raised
+            self.wait()
+            raise
+        self.finish()
+        self.wait()
 
     def restore(self, **load_kwargs: Any) -> int | None:
         """Resume from ``resume_path`` (or the directory's latest); return its step, None if nothing to resume.
@@ -191,6 +226,7 @@ class RunCheckpointer:
         adapter's ``restore_last``); the ``"config"`` component only with
         ``overwrite_config=True``.
         """
+        self.wait()
         rotation = self.rotation
         prefix = DEFAULT_PREFIX if rotation is None else rotation.prefix
         if self.resume_path is not None:

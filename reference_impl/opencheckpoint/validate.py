@@ -38,6 +38,7 @@ from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE
+from .progress import ProgressArg, advance, files_bytes, reporting
 from .sharding.layout import data_file_sizes, extents_by_file
 from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
 from .tree.decode import DecodedTree
@@ -97,10 +98,11 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
         yield view[start : start + CHUNK_BYTES]
 
 
-def validate(path: str | os.PathLike[str], *, progress: Any = None) -> ValidationReport:
+def validate(path: str | os.PathLike[str], *, progress: ProgressArg = None) -> ValidationReport:
     """Validate a checkpoint completely; never raises a :class:`CheckpointError`.
 
-    ``progress``, if given, is called with the number of bytes checked so far. A checkpoint
+    ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``, the total
+    being every file the manifest lists (:mod:`opencheckpoint.progress`). A checkpoint
     replaced by another process while it is validated is validated once more from the start
     (R-RDR-13); a second race is reported as :class:`ConcurrentModification`.
     """
@@ -136,9 +138,9 @@ def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationRep
         # left out too, so a manifest of a million absent files is not reported a million times.
         present = reader.source.inventory()[0]
         skipped = {e.file for e in errors if e.file} | {f for f in reader.parsed.file_paths() if f not in present}
-    with reader:
+    with reader, reporting(progress, files_bytes(reader.components.values()), f"validating {path}"):
         report.manifest = reader.manifest
-        _check_components(reader, report, progress, skipped)
+        _check_components(reader, report, skipped)
     return report
 
 
@@ -163,7 +165,7 @@ def _attempt(report: ValidationReport, failed: set[str], name: str, check: Calla
         return None
 
 
-def _check_components(reader: CheckpointSteps, report: ValidationReport, progress: Any,
+def _check_components(reader: CheckpointSteps, report: ValidationReport,
                       skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Steps 12-16, step by step over all components (spec §15: all of step 12, then all of step 13, ...).
 
@@ -185,7 +187,7 @@ def _check_components(reader: CheckpointSteps, report: ValidationReport, progres
                 _check_arrays(reader, extents.get(rel, []), files.path(rel), file_size, report)
         else:
             _check_arrays(reader, decoded.arrays, data_file, size, report)
-    _check_files(reader, report, progress, crc_checked | set(skipped), skipped)
+    _check_files(reader, report, crc_checked | set(skipped), skipped)
 
 
 def check_structure(
@@ -260,21 +262,21 @@ def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: st
         report.add(exc.at(file=data_file))
 
 
-def _check_files(reader: CheckpointSteps, report: ValidationReport, progress: Any, crc_checked: set[str],
+def _check_files(reader: CheckpointSteps, report: ValidationReport, crc_checked: set[str],
                  skipped: set[str] | frozenset[str] = frozenset()) -> None:
     """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too)."""
     for name, record in reader.components.items():
         for rel, entry in record.files.items():
             full = f"{record.path}/{rel}"
             if full not in skipped:  # else already reported missing or of the wrong size
-                _check_file(reader, report, progress, field_of("components", name, "files", rel), full, entry,
+                _check_file(reader, report, field_of("components", name, "files", rel), full, entry,
                             full not in crc_checked)
     stored = reader.source.zip_crc32(MANIFEST_NAME)
     if stored is not None and zlib.crc32(reader.source.read_manifest()) != stored:
         report.add(_zip_crc_error(MANIFEST_NAME))
 
 
-def _check_file(reader: CheckpointSteps, report: ValidationReport, progress: Any, where: str, full: str,
+def _check_file(reader: CheckpointSteps, report: ValidationReport, where: str, full: str,
                 entry: FileEntry, check_crc32c: bool) -> None:
     """Every checksum of one listed file, read once, chunk by chunk."""
     try:
@@ -292,8 +294,7 @@ def _check_file(reader: CheckpointSteps, report: ValidationReport, progress: Any
         if stored_zip is not None:
             zip_crc = zlib.crc32(chunk, zip_crc)
         report.checked_bytes += len(chunk)
-        if progress is not None:
-            progress(report.checked_bytes)
+        advance(len(chunk))
     report.checked_files += 1
     if check_crc32c:
         try:

@@ -62,3 +62,15 @@ def test_peak_memory_overhead_bound_is_64_mib() -> None:
     rows = _rows([], peaks)
     assert rows["peak memory of load <= state + 64 MiB (overhead MiB)"] == (65.0, "MISS")
     assert rows["peak memory of save <= state + 64 MiB (overhead MiB)"] == (3.0, "PASS")
+
+
+def test_async_save_blocked_time_is_compared_with_memcpy_and_the_copy_into_fresh_memory() -> None:
+    results = [Result("baseline", "memcpy", [1.0], GIB), Result("async save", "memcpy (numpy)", [0.1], GIB),
+               Result("async save", "copy into fresh memory (numpy)", [0.2], GIB),
+               Result("async save", "save_async blocked (numpy)", [0.25, 0.4], GIB),
+               Result("async save", "copy into fresh memory (torch)", [0.2], GIB),
+               Result("async save", "save_async blocked (torch)", [0.4], GIB)]
+    rows = _rows(results)
+    assert rows["save_async blocks <= 1.5 x copy into fresh memory (numpy; time ratio)"] == (1.25, "PASS")
+    assert rows["save_async blocks <= 1.5 x copy into fresh memory (torch; time ratio)"] == (2.0, "MISS")
+    assert rows["save_async blocks <= 1.5 x memcpy (numpy; time ratio)"] == (2.5, "MISS")

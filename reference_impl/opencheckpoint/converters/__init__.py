@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 from ..checkpoint import Checkpoint, CheckpointFormat
 from ..errors import CheckpointError
+from ..progress import ProgressArg
 from ._common import ConversionError, Foreign
 from .exporting import ExportResult, export
 
@@ -105,6 +106,7 @@ def convert(
     split: bool = False,
     step: int | None = None,
     metadata: dict[str, Any] | None = None,
+    progress: ProgressArg = None,
 ) -> Path:
     """Convert a foreign checkpoint at ``src`` into an OpenCheckpoint checkpoint at ``dst``; return ``dst``.
 
@@ -116,6 +118,7 @@ def convert(
         split: torch files only: one component per top-level key of the saved dict.
         step: orbax ``CheckpointManager`` directories only: the step to convert (default: newest).
         metadata: extra manifest metadata (merged over what the converter records).
+        progress: of the write: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``.
 
     The manifest metadata records ``converted_from`` (format, file name and
     what the source recorded). A ``torch.save`` file is read with
@@ -126,4 +129,4 @@ def convert(
     checkpoint = Checkpoint(format=format)
     for name, value in foreign.components.items():
         checkpoint.register(name, value, adapter=foreign.adapters.get(name))
-    return checkpoint.save(dst, metadata={**foreign.metadata, **(metadata or {})})
+    return checkpoint.save(dst, metadata={**foreign.metadata, **(metadata or {})}, progress=progress)

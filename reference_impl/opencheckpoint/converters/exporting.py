@@ -11,6 +11,7 @@ PRNG keys, complex numbers, ``files`` components) is listed in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from ..progress import ProgressArg, advance, files_bytes, reporting
 from ..reader import CheckpointReader
 from ..tree.nodes import NamedTupleValue
 from ._common import ConversionError, require
@@ -97,12 +99,14 @@ def export(
     *,
     to: ExportFormat = "safetensors",
     component: str | None = None,
+    progress: ProgressArg = None,
 ) -> ExportResult:
     """Write the arrays of checkpoint ``src`` (every component, or ``component``) to ``dst``.
 
     The output loads with ``safetensors`` / ``torch.load(weights_only=True)``.
     Names that collide (``a.b`` from ``{"a.b": x}`` and ``{"a": {"b": y}}``) raise
-    :class:`ConversionError` rather than one overwriting the other.
+    :class:`ConversionError` rather than one overwriting the other. ``progress``: of the read,
+    ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``, per component.
     """
     if to not in EXPORT_FORMATS:
         raise ConversionError(f"unknown export format {to!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
@@ -110,11 +114,13 @@ def export(
     result = ExportResult(path=target)
     tensors: dict[str, np.ndarray] = {}
     values: dict[str, Any] = {}
-    with CheckpointReader(src) as reader:
+    with CheckpointReader(src) as reader, contextlib.ExitStack() as reporting_read:
         names = list(reader.components)
         if component is not None:
             reader.record(component)  # raises, naming the components there are
             names = [component]
+        reporting_read.enter_context(reporting(progress, files_bytes(reader.record(n) for n in names),
+                                               f"exporting {target.name}"))
         for name in names:
             record = reader.record(name)
             prefix = "" if component is not None else name
@@ -124,7 +130,9 @@ def export(
             if record.kind != "tree":
                 result.skipped[prefix or name] = f"a {record.kind!r} component (files, not arrays)"
                 continue
-            for path, leaf in _leaves(reader.read(name), prefix, _Names(str(src), name)):
+            stored = reader.read(name)
+            advance(files_bytes([record]))
+            for path, leaf in _leaves(stored, prefix, _Names(str(src), name)):
                 if path in tensors or path in values:
                     raise ConversionError(f"two values export under the name {path!r}", file=str(src),
                                           field=f"components.{name}")

@@ -28,9 +28,20 @@ import numpy as np
 from ..crc_combine import _multmodp, _x8nmodp
 from ..integrity import file_entry, new_sha256
 from ..limits import ALIGNMENT
+from ..progress import advance
 
 __all__ = ["DataFilePlan", "Writable"]
 
+
+
+def _crc_in(pool: ThreadPoolExecutor, buffer: Any) -> Future[int] | None:
+    """The checksum of ``buffer`` computed in ``pool`` while the caller writes it; None when the pool refuses
+    work: at interpreter exit concurrent.futures stops accepting it, and a save still in flight then (an
+    async save finishing at exit) checksums inline instead of failing."""
+    try:
+        return pool.submit(_crc32c, buffer)
+    except RuntimeError:
+        return None
 
 class Writable(Protocol):
     """Where :meth:`DataFilePlan.stream` writes: a raw file or an archive member stream."""
@@ -153,6 +164,7 @@ class DataFilePlan:
                         piece = piece[written:]
                 if digest is not None:
                     digest.update(chunk)
+                advance(len(view))
 
             for extent in self.extents:
                 padding = extent.offset - position
@@ -173,8 +185,8 @@ class DataFilePlan:
                         file_crc = _crc32c(pending, file_crc)
                         emit(pending)
                         pending = bytearray()
-                    if extent.nbytes >= _THREADED_CRC_BYTES:
-                        future: Future[int] = pool.submit(_crc32c, buffer)
+                    future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
+                    if future is not None:
                         emit(buffer)
                         crc = future.result()
                     else:

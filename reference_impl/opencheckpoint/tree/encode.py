@@ -350,10 +350,10 @@ def write_tree(
     Into ``directory``, or, given ``archive``, as the members ``<member_prefix>/tree.msgpack`` and
     ``<member_prefix>/data.bin`` streamed straight into the archive (one pass: the array bytes are
     written once, at their final offset; the tree document, which needs their checksums, fills the
-    room reserved before them).
+    room reserved before them). ``value`` may be a :class:`TreePlan` made earlier (an async save's snapshot).
     """
     sink = current_sink()
-    plan = TreePlan(value, converter, rank=0 if sink is None else sink.rank)
+    plan = value if isinstance(value, TreePlan) else TreePlan(value, converter, rank=0 if sink is None else sink.rank)
     if sink is not None:
         return sink.write_tree(plan, directory, durable=durable, sha256=sha256, archive=archive,
                                member_prefix=member_prefix)

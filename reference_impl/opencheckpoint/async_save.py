@@ -1,0 +1,335 @@
+"""Saving in the background: :meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>` and its handle.
+
+The caller's thread takes a :mod:`snapshot <opencheckpoint.snapshot>` of the
+state (every array copied into host memory the snapshot owns: as many bytes
+as the state's arrays), then a background thread writes and publishes it
+through ``Checkpoint.save``'s own code path (staging, fsync, atomic rename).
+
+Rules this module owns:
+
+* **One save in flight per target.** A second ``save_async`` (or a ``save``)
+  to a path whose async save has not finished waits for it first.
+* **Memory cap.** Snapshots of unfinished saves hold at most
+  ``max_pending_bytes`` (argument, else :data:`MAX_PENDING_BYTES`; ``None``:
+  no cap): a save whose snapshot would exceed it waits for earlier saves to
+  finish; a snapshot larger than the cap on its own raises
+  :class:`~opencheckpoint.errors.LimitExceeded` before anything is copied.
+* **Exit.** The writer threads are not daemons: a normal interpreter exit
+  (end of script, ``sys.exit``, an uncaught exception, ``KeyboardInterrupt``)
+  finishes every save in flight: a threading exit hook waits for them before
+  concurrent.futures stops its pools. A failed save whose handle was never
+  waited on is logged as an error at exit; the exit status is left as the
+  program set it. A process killed mid-save publishes nothing: the previous
+  checkpoint at the target stays whole (the atomic publication rule).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import LimitExceeded
+from .location import local_path
+from .producer import checked_metadata, default_producer, utc_timestamp
+from .progress import ProgressArg, reporting
+from .progress import check as check_progress
+from .snapshot import Snapshot, record
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, CheckpointFormat
+    from .options import CheckpointOptions
+
+logger = logging.getLogger("opencheckpoint")
+
+#: Process-wide cap on the bytes held by the snapshots of unfinished async saves (None: no cap).
+MAX_PENDING_BYTES: int | None = None
+
+_lock = threading.Condition()
+_in_flight: dict[str, SaveHandle] = {}  # target path -> its unfinished save (guarded by _lock)
+_pending_bytes = 0  # snapshot bytes of unfinished saves (guarded by _lock)
+_unobserved_failures: list[SaveHandle] = []  # failed handles nobody waited on yet
+#: In a writer thread, ``handle`` is the save it writes: what that thread (its progress callback) must not wait for.
+_writer = threading.local()
+
+
+class SaveHandle:
+    """An async save: :meth:`done`, :meth:`wait`, :meth:`result` (the published path).
+
+    An error of the background save is raised again by :meth:`wait` and
+    :meth:`result`; one never asked for is logged when the process exits.
+    """
+
+    def __init__(self, target: Path, nbytes: int) -> None:
+        self.target = target
+        #: the target's one key per location (:func:`target_key`): saves with the same key never overlap
+        self.key = target_key(target)
+        #: host memory held by this save's snapshot until it finishes
+        self.nbytes = nbytes
+        self._finished = threading.Event()
+        self._path: Path | None = None
+        self._error: BaseException | None = None
+        self._observed = False
+
+    def done(self) -> bool:
+        """True once the save has published its checkpoint or failed."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the save finished (or ``timeout`` seconds passed); re-raise its error.
+
+        Returns True when finished, False on timeout.
+        """
+        if _writing(self):
+            raise RuntimeError(f"the async save to {self.target} cannot wait for itself: its progress callback "
+                               "runs in its writer thread; wait for the handle from another thread")
+        if not self._finished.wait(timeout):
+            return False
+        if self._error is not None:
+            if not self._observed and self in _unobserved_failures:
+                _unobserved_failures.remove(self)
+            self._observed = True
+            raise self._error
+        self._observed = True
+        return True
+
+    def result(self, timeout: float | None = None) -> Path:
+        """The published checkpoint's path, once written; re-raises the save's error."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"the async save to {self.target} did not finish within {timeout} s")
+        assert self._path is not None
+        return self._path
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else "published" if self.done() else "in flight"
+        return f"<SaveHandle {self.target} {state}>"
+
+    def _orphan(self, parent: int) -> None:
+        """In a forked child: the save runs in process ``parent`` only; waiting here raises at once."""
+        self._finished = threading.Event()  # its lock may have been held by a thread the child does not have
+        self._error = RuntimeError(f"the async save to {self.target} runs in process {parent}, not in this "
+                                   "forked child; wait for it in that process")
+        self._observed = True  # the parent reports its own failures
+        self._finished.set()
+
+    def _settle(self, path: Path | None, error: BaseException | None) -> None:
+        self._path, self._error = path, error
+        if error is not None:
+            _unobserved_failures.append(self)
+        self._finished.set()
+
+
+def target_key(target: Path) -> str:
+    """One key per place on disk, however the path is spelled: the parent's real path (symbolic links and
+    ``..`` resolved) joined with the name (the target itself is never followed: a save refuses a link there)."""
+    return os.path.join(os.path.realpath(target.parent), target.name)
+
+
+def _writing(handle: SaveHandle) -> bool:
+    """Whether the calling thread is ``handle``'s writer (its progress callback runs there)."""
+    return getattr(_writer, "handle", None) is handle
+
+
+def wait_for_target(path: str | os.PathLike[str]) -> None:
+    """Wait for an unfinished async save to ``path`` (not from its own writer thread); its error stays its own."""
+    handle = _in_flight.get(target_key(local_path(path).absolute()))
+    if handle is not None and not _writing(handle):
+        handle._finished.wait()
+
+
+def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
+                       components: Collection[str] | None = None, metadata: Mapping[str, Any] | None = None,
+                       format: CheckpointFormat | None = None, checkpoint_id: str | None = None,
+                       created_at: str | None = None, overwrite: bool = True,
+                       producer: Mapping[str, Any] | None = None,
+                       component_options: Mapping[str, CheckpointOptions] | None = None,
+                       progress: ProgressArg = None, max_pending_bytes: int | None = None,
+                       around: Callable[[Callable[[], Path]], Path] | None = None) -> SaveHandle:
+    """:meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>`; ``around(save)`` runs the save in
+    the writer thread and returns the published path (a rotation prunes after it, its errors mapped).
+
+    Everything the manifest records is fixed before this returns: the metadata
+    (copied), the id and the producer now, the creation time when the
+    snapshot is taken (after any wait for an earlier save to the target).
+    """
+    output = checkpoint._output(format)
+    names = checkpoint._selection(checkpoint.save_components if components is None else components)
+    chosen = checkpoint._save_options(names, component_options)
+    options: dict[str, Any] = {
+        "metadata": checked_metadata(metadata), "format": output, "overwrite": overwrite,
+        "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
+        "producer": default_producer() if producer is None else copy.deepcopy(dict(producer))}
+
+    def write(replay: Checkpoint, target: Path, taken_at: str) -> Path:
+        fixed = {**options, "created_at": created_at or taken_at}
+        if around is None:
+            return replay.save(target, **fixed)
+        return around(lambda: replay.save(target, **fixed))
+
+    return start(checkpoint, path, names, chosen, write=write, progress=progress,
+                 max_pending_bytes=max_pending_bytes)
+
+
+def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str],
+          options: Mapping[str, CheckpointOptions], *,
+          write: Callable[[Checkpoint, Path, str], Path], progress: ProgressArg = None,
+          max_pending_bytes: int | None = None) -> SaveHandle:
+    """Snapshot ``names`` of ``checkpoint`` now; run ``write(snapshot_checkpoint, target, taken_at)`` in a thread.
+
+    ``write`` saves the snapshot's checkpoint (``Checkpoint.save`` with the
+    caller's options; a rotation adds its pruning) and returns the path;
+    ``taken_at`` is the snapshot's time (after any wait for an earlier save
+    to the same target), the manifest's ``created_at``.
+    """
+    check_progress(progress)
+    cap = checked_cap(MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes)
+    target = local_path(path).absolute()
+    handle = SaveHandle(target, 0)
+    key = handle.key
+    with _lock:
+        if key in _in_flight and _writing(_in_flight[key]):
+            raise RuntimeError(f"an async save to {target} cannot start from the progress callback of the save "
+                               "to that target: it would wait for itself")
+        while key in _in_flight:  # one save in flight per target: wait for the previous one
+            _lock.wait()
+        _in_flight[key] = handle
+    try:
+        taken_at = utc_timestamp()
+        snapshot = record(checkpoint, names, options)
+        _reserve(snapshot, handle, cap)
+    except BaseException:
+        _finish(handle, key, 0)
+        raise
+    try:
+        snapshot.copy_arrays()
+    except BaseException:
+        snapshot.release()
+        _finish(handle, key, handle.nbytes)
+        raise
+    def write_snapshot(replay: Checkpoint, where: Path) -> Path:
+        return write(replay, where, taken_at)
+
+    worker = threading.Thread(target=_run, args=(handle, key, snapshot, write_snapshot, progress),
+                              name=_thread_name(target), daemon=False)
+    worker.start()
+    return handle
+
+
+def _thread_name(target: Path) -> str:
+    return f"opencheckpoint-save:{target}"
+
+
+def checked_cap(cap: object) -> int | None:
+    """``max_pending_bytes`` (or :data:`MAX_PENDING_BYTES`): None or a positive int, else a clear error."""
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int):
+        raise TypeError(f"max_pending_bytes must be a positive int (bytes) or None, got {cap!r}")
+    if cap <= 0:
+        raise ValueError(f"max_pending_bytes must be a positive number of bytes, got {cap}")
+    return cap
+
+
+def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
+    """Count the snapshot's bytes as pending, waiting while that would exceed ``cap``."""
+    global _pending_bytes
+    nbytes = snapshot.nbytes
+    if cap is not None and nbytes > cap:
+        snapshot.release()
+        raise LimitExceeded(f"the state's arrays take {nbytes} bytes, more than max_pending_bytes={cap}: save "
+                            "it with save(), or raise the cap", file=str(handle.target), field="max_pending_bytes")
+    with _lock:
+        while cap is not None and _pending_bytes and _pending_bytes + nbytes > cap:
+            if getattr(_writer, "handle", None) is not None:
+                snapshot.release()
+                raise RuntimeError("an async save started from a progress callback would wait for memory held by "
+                                   f"the save that callback reports on (max_pending_bytes={cap})")
+            _lock.wait()
+        _pending_bytes += nbytes
+        handle.nbytes = nbytes
+
+
+def _run(handle: SaveHandle, key: str, snapshot: Snapshot, write: Callable[[Checkpoint, Path], Path],
+         progress: ProgressArg) -> None:
+    path: Path | None = None
+    error: BaseException | None = None
+    _writer.handle = handle
+    try:
+        with reporting(progress, snapshot.nbytes, f"saving {handle.target.name}"):
+            path = write(snapshot.checkpoint(), handle.target)
+    except BaseException as exc:  # handed to wait()/result(), never lost
+        error = exc
+    finally:
+        snapshot.release()
+    handle._settle(path, error)
+    _finish(handle, key, handle.nbytes)
+
+
+def _finish(handle: SaveHandle, key: str, nbytes: int) -> None:
+    global _pending_bytes
+    with _lock:
+        _pending_bytes -= nbytes
+        if _in_flight.get(key) is handle:
+            del _in_flight[key]
+        _lock.notify_all()
+    handle._finished.set()
+
+
+def wait_all() -> None:
+    """Wait for every unfinished async save of this process (errors stay with their handles)."""
+    with _lock:
+        handles = list(_in_flight.values())
+    for handle in handles:
+        handle._finished.wait()
+
+
+def _at_exit() -> None:
+    """Finish every save in flight, then report each failed one nobody waited for (logged as an error)."""
+    wait_all()
+    for handle in _unobserved_failures:
+        if not handle._observed:
+            handle._observed = True  # reported once, whichever exit hook runs first
+            logger.error("async save to %s failed and nobody waited for it; nothing was published there: %r",
+                         handle.target, handle._error)
+
+
+def _register_exit_hook() -> None:
+    """Run :func:`_at_exit` among threading's exit hooks: they run at a normal exit (end of script,
+    ``sys.exit``, an uncaught exception or ``KeyboardInterrupt``) before the interpreter joins its threads,
+    and in the reverse order of registration, so this one runs before concurrent.futures' own hook (registered
+    when :mod:`.tree.encode` imported it) stops the thread pools a save in flight still uses."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # not CPython's threading: the plain atexit hook (the tree writer copes)
+        atexit.register(_at_exit)
+    else:
+        register(_at_exit)
+    atexit.register(_at_exit)  # also after the thread joins: a save a hook started is reported too
+
+
+_register_exit_hook()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's writer threads: forget their saves (their handles raise if
+    waited on here) and replace the lock, which one of those threads may have held at the fork."""
+    global _lock, _pending_bytes
+    _lock = threading.Condition()
+    orphans = list(_in_flight.values())
+    _in_flight.clear()
+    _pending_bytes = 0
+    _unobserved_failures.clear()  # the parent's to report
+    parent = os.getppid()
+    for handle in orphans:
+        handle._orphan(parent)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "start", "wait_all", "wait_for_target"]
+
