@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from opencheckpoint.integrity import crc32c_of, format_crc32c
 from opencheckpoint.manifest import serialize_manifest
-from opencheckpoint.testing.sharded import DataFiles, write_checkpoint
+from opencheckpoint.testing.sharded import SHARDED, DataFiles, write_checkpoint
 
 R0, R1 = "shards/rank-00000.bin", "shards/rank-00001.bin"
 GRID = np.arange(48, dtype=np.float32).reshape(6, 8)
@@ -182,6 +183,24 @@ def register(case: Callable[..., Register], builder: type, tree: Callable[..., d
         trees = {"m": ({"w": files.sharded(GRID, IN_DATA_BIN)}, files),
                  "s": ({"w": other.sharded(GRID, IN_DATA_BIN)}, other)}
         write(b, trees, kind_version={"m": 1, "s": 2})
+
+    @reject("reject-sharded-no-shard-records", "A 2 x 3 int64 sharded array (no zero dimension) with an empty "
+            "shards array: every element is a gap.", ["R-SHD-11", "R-SHD-8"], "ArrayLayoutError")
+    def _(b: Any) -> None:
+        write(b, {"m": ({"w": [SHARDED, "int64", [2, 3], []]}, DataFiles())})
+
+    @reject("reject-sharded-shard-count-declared", "A shards array whose header declares 65,537 records in a "
+            "tree.msgpack that ends right after it: the declared count breaks the limit before the missing "
+            "records break R-TREE-1.", ["R-LIM-20"], "LimitExceeded")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        write(b, {"m": ({"w": files.sharded(np.arange(4, dtype=np.uint8), [("data.bin", (0,), (4,))])}, files)})
+        # {"w": tag 10 ["uint8", [4], shards]}, shards declared as an array 32 of 65,537 elements, none following
+        tree = bytes([0x81, 0xA1, 0x77, 0x94, 0xC7, 0x00, 0x0A, 0xA5]) + b"uint8" + bytes([0x91, 0x04])
+        tree += bytes([0xDD, 0x00, 0x01, 0x00, 0x01])
+        (b.root / "components/m/tree.msgpack").write_bytes(tree)
+        _edit_manifest(b, lambda m: m["components"]["m"]["files"].update(
+            {"tree.msgpack": {"size": len(tree), "crc32c": format_crc32c(crc32c_of(tree))}}))
 
 
 def _edit_manifest(b: Any, change: Callable[[dict[str, Any]], None]) -> None:

@@ -293,6 +293,21 @@ def _numpy_dtype(name: str) -> np.dtype:
     return dtype
 
 
+def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
+    """A private, read-only copy of an array's bytes, checked after copying (R-ARR-14, R-ARR-13).
+
+    The bytes checked are the bytes returned: a file changed in place after
+    the copy (or between a check and a later use) cannot reach the result, as
+    it would through a view of the memory map.
+    """
+    if not ref.nbytes:
+        return view  # no byte to check; NumPy may refuse to copy a huge zero-element shape
+    copy = np.array(view)
+    verify_view(copy, ref, file)
+    copy.flags.writeable = False
+    return copy
+
+
 def verify_view(view: np.ndarray, ref: ArrayRef, file: str) -> None:
     """Check an array's CRC-32C (and bool bytes) without copying it."""
     _check_crc(crc32c_of(view.reshape(-1).view(np.uint8)) if ref.nbytes else 0, ref, file)
@@ -319,13 +334,14 @@ def _bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
 class LazyArray:
     """An array in a checkpoint, not yet read: shape and dtype now, bytes on :meth:`read`."""
 
-    __slots__ = ("ref", "_map", "_file", "_view")
+    __slots__ = ("ref", "_map", "_file", "_verified")
 
     def __init__(self, ref: ArrayRef, data_map: memoryview, file: str) -> None:
         self.ref = ref
         self._map = data_map
         self._file = file
-        self._view: np.ndarray | None = None
+        #: The verified copy, kept for later verified calls; never filled by ``verify=False`` (R-CHK-11).
+        self._verified: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -340,34 +356,37 @@ class LazyArray:
         return self.ref.nbytes
 
     def read(self, *, verify: bool = True) -> np.ndarray:
-        """A read-only view into the map, verified the first time."""
-        if self._view is None:
-            view = array_view(self._map, self.ref)
-            if verify:
-                verify_view(view, self.ref, self._file)
-            self._view = view
-        return self._view
+        """The array, read-only: a verified copy (made once, then kept), or with ``verify=False`` a view of the map.
+
+        Verification is per call (R-CHK-11): an unverified read is never kept,
+        so a later verified call checks the bytes itself. The kept copy holds
+        the bytes that were checked, whatever happens to the file afterwards.
+        """
+        if not verify:
+            return self._verified if self._verified is not None else array_view(self._map, self.ref)
+        if self._verified is None:
+            self._verified = verified_copy(array_view(self._map, self.ref), self.ref, self._file)
+        return self._verified
 
     def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:
         """Elements ``start[d] .. start[d] + size[d]`` of every dimension, as a fresh array of shape ``size``.
 
-        A checksum covers the whole array, so a verified read verifies the whole
-        extent once per handle (:meth:`read`) and then copies the region;
+        A checksum covers the whole array, so a verified read copies and verifies
+        the whole extent once per handle (:meth:`read`) and then slices that copy;
         ``verify=False`` (an explicit opt-out) touches only the region's pages.
         """
-        from .sharding.regions import check_region, region_slices
+        from .sharding.regions import checked_region, region_slices, select
 
-        start, size = tuple(int(s) for s in start), tuple(int(n) for n in size)
-        check_region(self.ref.shape, start, size)
-        source = self.read() if verify else array_view(self._map, self.ref)
-        return np.array(source[region_slices((start, size), (0,) * len(start))])
+        start, size = checked_region(self.ref.shape, start, size)
+        part = select(self.read(verify=verify), region_slices((start, size), (0,) * len(start)))
+        return part.copy() if part.size else part
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        """NumPy basic indexing (ints, slices with any step, Ellipsis) through :meth:`read_region`."""
-        from .sharding.regions import index_plan
+        """NumPy basic indexing (ints, slices with any step, Ellipsis, None) through :meth:`read_region`."""
+        from .sharding.regions import index_plan, select
 
         region, inner = index_plan(self.ref.shape, key)
-        return self.read_region(*region)[inner]
+        return select(self.read_region(*region), inner)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         array = self.read()

@@ -40,6 +40,7 @@ from .models import FileEntry
 from .opening import REPORTED_PER_RULE
 from .progress import ProgressArg, advance, files_bytes, reporting
 from .sharding.layout import data_file_sizes, extents_by_file
+from .sharding.reading import ComponentFiles, ShardedReads
 from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
 from .tree.decode import DecodedTree
 from .tree.layout import check_padding
@@ -185,6 +186,7 @@ def _check_components(reader: CheckpointSteps, report: ValidationReport,
             extents = extents_by_file(decoded)
             for rel, file_size in sizes.items():
                 _check_arrays(reader, extents.get(rel, []), files.path(rel), file_size, report)
+            _check_empty_sharded(decoded, files, report)
         else:
             _check_arrays(reader, decoded.arrays, data_file, size, report)
     _check_files(reader, report, crc_checked | set(skipped), skipped)
@@ -260,6 +262,16 @@ def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: st
         check_padding(arrays, data_map)
     except CheckpointError as exc:
         report.add(exc.at(file=data_file))
+
+
+def _check_empty_sharded(decoded: DecodedTree, files: ComponentFiles, report: ValidationReport) -> None:
+    """What reading a zero-element sharded array checks: that NumPy can hold its shape (as for a tag 6 array)."""
+    for ref in decoded.sharded:
+        if not ref.nbytes:
+            try:
+                ShardedReads(ref, files).read(verify=False)  # no shard: reads no byte
+            except CheckpointError as exc:
+                report.add(exc)
 
 
 def _check_files(reader: CheckpointSteps, report: ValidationReport, crc_checked: set[str],

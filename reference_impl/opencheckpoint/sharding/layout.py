@@ -59,7 +59,7 @@ def check_sharded_layout(decoded: DecodedTree, files: Mapping[str, int], compone
     extents = extents_by_file(decoded)
     for rel, size in sizes.items():
         try:
-            check_layout(extents.get(rel, []), size)
+            check_layout(extents.get(rel, []), size, rel)
         except CheckpointError as exc:
             raise exc.at(file=f"{component_path}/{rel}") from None
     for ref in decoded.sharded:

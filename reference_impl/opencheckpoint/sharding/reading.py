@@ -1,12 +1,14 @@
 """Reading sharded arrays: verified assembly of a whole array or of any region, from the shards it overlaps.
 
 A region read takes, for every distinct shard region that overlaps the region
-asked for, the first of its replicas, checks that shard's CRC-32C (and bool
-bytes) over its whole extent the first time it is used (R-ARR-14, R-ARR-13:
-a checksum covers a whole shard, so a verified read of part of a shard reads
-all of it once), and copies the overlapping part into the result. Shards
-that do not overlap are never opened. ``verify=False`` (an explicit opt-out)
-copies only the overlapping bytes from the memory map.
+asked for, the first of its replicas, copies that shard's whole extent out of
+the memory map and checks the copy's CRC-32C (and bool bytes) (R-ARR-14,
+R-ARR-13: a checksum covers a whole shard, so a verified read of part of a
+shard reads all of it), and copies the overlapping part into the result.
+Shards that do not overlap are never opened. A handle keeps the verified
+copies, so later verified reads use the bytes that were checked, never bytes
+the file holds by then. ``verify=False`` (an explicit opt-out) copies only the
+overlapping bytes from the memory map, and nothing it reads is kept.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import array_view, verify_view
+from ..arrays import array_view, verified_copy
 from ..dtypes import numpy_dtype
+from ..errors import CheckpointError
 from ..tree.decode import empty_array
 from ..tree.nodes import ShardedArrayRef, ShardRef
-from .regions import Region, check_region, index_plan, intersect, region_slices
+from .regions import Region, checked_region, index_plan, intersect, region_slices, select
 
 
 class ComponentFiles:
@@ -45,26 +48,37 @@ class ComponentFiles:
 
 
 class ShardedReads:
-    """Region reads of one sharded array; remembers which shards it has verified."""
+    """Region reads of one sharded array; with ``keep``, remembers the verified copy of each shard it used."""
 
-    def __init__(self, ref: ShardedArrayRef, files: ComponentFiles) -> None:
+    def __init__(self, ref: ShardedArrayRef, files: ComponentFiles, *, keep: bool = False) -> None:
         self.ref = ref
         self.files = files
-        self._verified: set[tuple[str, int, int, int]] = set()
+        self._keep = keep
+        self._verified: dict[tuple[str, int, int, int], np.ndarray] = {}
         regions: dict[Region, ShardRef] = {}
         for shard in ref.shards:
             regions.setdefault((shard.start, shard.size), shard)  # replicas hold the same bytes (R-SHD-10)
         self.distinct: tuple[ShardRef, ...] = tuple(regions.values())
 
     def shard(self, shard: ShardRef, *, verify: bool) -> np.ndarray:
-        """A read-only view of one shard's bytes (shape ``size``), verified once when ``verify``."""
+        """One shard's elements (shape ``size``), read-only: with ``verify`` a verified private copy
+        (kept when ``keep``), else a view of the memory map (never kept: verification is per call, R-CHK-11)."""
         extent = shard.extent(self.ref.dtype)
-        view = array_view(self.files.map(shard.file), extent)
         key = (shard.file, shard.offset, shard.nbytes, shard.crc32c)
-        if verify and key not in self._verified:
-            verify_view(view, extent, self.files.path(shard.file))
-            self._verified.add(key)
-        return view
+        kept = self._verified.get(key)
+        if kept is not None:
+            return kept
+        view = array_view(self.files.map(shard.file), extent)
+        if not verify:
+            return view
+        copy = verified_copy(view, extent, self.files.path(shard.file))
+        if self._keep:
+            self._verified[key] = copy
+        return copy
+
+    def forget(self) -> None:
+        """Drop the kept shard copies (the caller keeps the whole array instead)."""
+        self._verified.clear()
 
     def overlapping(self, region: Region) -> list[tuple[ShardRef, Region]]:
         """The distinct shards that share an element with ``region``, each with the common part."""
@@ -77,15 +91,23 @@ class ShardedReads:
 
     def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:
         """A fresh array of shape ``size`` holding the elements ``start .. start + size``."""
-        start, size = tuple(int(s) for s in start), tuple(int(n) for n in size)
-        check_region(self.ref.shape, start, size)
-        out = empty_array(size, numpy_dtype(self.ref.dtype))
+        start, size = checked_region(self.ref.shape, start, size)
+        # Every element is written below: step 15 proved that the shards tile the shape (R-SHD-11).
+        out = self.empty(size)
         if out.size == 0:
             return out
         for shard, common in self.overlapping((start, size)):
             view = self.shard(shard, verify=verify)
             out[region_slices(common, start)] = view[region_slices(common, shard.start)]
         return out
+
+    def empty(self, size: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised array of shape ``size`` (:func:`empty_array`: also a huge shape with a zero dimension,
+        or :class:`~opencheckpoint.errors.IncompatibleComponent` naming the node where NumPy has no such shape)."""
+        try:
+            return empty_array(size, numpy_dtype(self.ref.dtype))
+        except CheckpointError as exc:
+            raise exc.at(file=self.files.path("tree.msgpack"), field=self.ref.path) from None
 
     def read(self, *, verify: bool = True) -> np.ndarray:
         """The whole array, assembled."""
@@ -100,17 +122,19 @@ def assemble(ref: ShardedArrayRef, files: ComponentFiles, *, verify: bool = True
 class LazyShardedArray:
     """A sharded array in a checkpoint, not yet read: shape and dtype now, any region's bytes on demand.
 
-    ``handle[key]`` (ints, slices with any step, Ellipsis: NumPy basic indexing)
-    and :meth:`read_region` read only the shards that overlap, each verified
-    before use; :meth:`read` assembles the whole array (and keeps it).
+    ``handle[key]`` (ints, slices with any step, Ellipsis, None: NumPy basic
+    indexing) and :meth:`read_region` read only the shards that overlap, each
+    copied and verified before use (the verified copies are kept); :meth:`read`
+    assembles the whole array, read-only (a verified one is kept, and serves
+    later reads). Nothing read with ``verify=False`` is kept.
     """
 
     __slots__ = ("ref", "_reads", "_full")
 
     def __init__(self, ref: ShardedArrayRef, files: ComponentFiles) -> None:
         self.ref = ref
-        self._reads = ShardedReads(ref, files)
-        self._full: np.ndarray | None = None
+        self._reads = ShardedReads(ref, files, keep=True)
+        self._full: np.ndarray | None = None  # the whole array, verified
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -130,18 +154,27 @@ class LazyShardedArray:
         return len(self.ref.shards)
 
     def read(self, *, verify: bool = True) -> np.ndarray:
-        """The whole array (kept: a second call returns the same array)."""
-        if self._full is None:
-            self._full = self._reads.read(verify=verify)
-        return self._full
+        """The whole array, read-only (a verified read is kept: a second one returns the same array)."""
+        if self._full is not None:
+            return self._full
+        array = self._reads.read(verify=verify)
+        array.flags.writeable = False  # as LazyArray.read(): callers copy to change it
+        if verify:
+            self._full = array
+            self._reads.forget()  # the whole verified array now serves every region
+        return array
 
     def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:
         """Elements ``start[d] .. start[d] + size[d]`` of every dimension, as a fresh array of shape ``size``."""
-        return self._reads.read_region(start, size, verify=verify)
+        if self._full is None:
+            return self._reads.read_region(start, size, verify=verify)
+        start, size = checked_region(self.ref.shape, start, size)
+        part = select(self._full, region_slices((start, size), (0,) * len(start)))
+        return part.copy() if part.size else part
 
     def __getitem__(self, key: Any) -> np.ndarray:
         region, inner = index_plan(self.ref.shape, key)
-        return self._reads.read_region(*region)[inner]
+        return select(self.read_region(*region), inner)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         array = self.read()

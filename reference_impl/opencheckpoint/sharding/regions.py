@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ..tree.decode import empty_array
+
 #: ``(start, size)`` per dimension.
 Region = tuple[tuple[int, ...], tuple[int, ...]]
 
@@ -40,17 +42,18 @@ def region_slices(region: Region, origin: Sequence[int]) -> tuple[slice, ...]:
     return tuple(slice(s - o, s - o + n) for s, n, o in zip(region[0], region[1], origin, strict=True))
 
 
-def index_plan(shape: Sequence[int], key: Any) -> tuple[Region, tuple[int | slice, ...]]:
-    """NumPy basic indexing ``array[key]`` as a bounding region plus the index to apply inside it.
+def index_plan(shape: Sequence[int], key: Any) -> tuple[Region, tuple[int | slice | None, ...]]:
+    """NumPy basic indexing ``array[key]`` as a bounding region plus the index to apply inside it (:func:`select`).
 
-    ``key`` holds ints, slices (any step) and at most one Ellipsis; missing trailing
-    dimensions are whole. Other keys (arrays, None, bools) raise :class:`TypeError`,
+    ``key`` holds ints, slices (any step), at most one Ellipsis and None
+    (``np.newaxis``: a new dimension of length 1, as in NumPy); missing trailing
+    dimensions are whole. Other keys (arrays, bools) raise :class:`TypeError`,
     out-of-range ints :class:`IndexError`, as NumPy does.
     """
     items = key if isinstance(key, tuple) else (key,)
     if sum(item is Ellipsis for item in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    named = sum(item is not Ellipsis for item in items)
+    named = sum(item is not Ellipsis and item is not None for item in items)
     if named > len(shape):
         raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but {named} were indexed")
     expanded: list[Any] = []
@@ -59,9 +62,29 @@ def index_plan(shape: Sequence[int], key: Any) -> tuple[Region, tuple[int | slic
             expanded.extend([slice(None)] * (len(shape) - named))
         else:
             expanded.append(item)
-    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
-    plans = [_dimension_plan(dim, item) for dim, item in zip(shape, expanded, strict=True)]
-    return (tuple(p[0] for p in plans), tuple(p[1] for p in plans)), tuple(p[2] for p in plans)
+    expanded.extend([slice(None)] * (len(shape) - sum(item is not None for item in expanded)))
+    dimensions = iter(shape)
+    plans = [None if item is None else _dimension_plan(next(dimensions), item) for item in expanded]
+    picked = [plan for plan in plans if plan is not None]
+    inner = tuple(None if plan is None else plan[2] for plan in plans)
+    return (tuple(p[0] for p in picked), tuple(p[1] for p in picked)), inner
+
+
+def select(part: np.ndarray, inner: Sequence[int | slice | None]) -> np.ndarray:
+    """``part[inner]`` (basic indexing, one item per dimension plus Nones), also for a zero-element
+    ``part`` NumPy refuses to index (a huge shape with a zero dimension: the result is empty too)."""
+    if part.size:
+        return part[tuple(inner)]
+    shape: list[int] = []
+    sizes = iter(part.shape)
+    for item in inner:
+        if item is None:
+            shape.append(1)
+            continue
+        size = next(sizes)
+        if isinstance(item, slice):
+            shape.append(len(range(*item.indices(size))))
+    return empty_array(tuple(shape), part.dtype)
 
 
 def _dimension_plan(dim: int, item: Any) -> tuple[int, int, int | slice]:
@@ -84,6 +107,21 @@ def _dimension_plan(dim: int, item: Any) -> tuple[int, int, int | slice]:
 def slices_to_region(shape: Sequence[int], key: Any) -> Region:
     """The smallest region holding every element ``array[key]`` selects (see :func:`index_plan`)."""
     return index_plan(shape, key)[0]
+
+
+def checked_region(shape: Sequence[int], start: Sequence[Any], size: Sequence[Any]) -> Region:
+    """``(start, size)`` as a region of an array of ``shape``: ints only (:class:`TypeError` for a float or
+    bool, which would silently pick another element), inside the shape (:class:`ValueError`)."""
+    region = tuple(tuple(_index(value, name) for value in values) for name, values in (("start", start),
+                                                                                         ("size", size)))
+    check_region(shape, *region)
+    return region[0], region[1]
+
+
+def _index(value: Any, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} elements must be ints, not {type(value).__name__} ({value!r})")
+    return operator.index(value)
 
 
 def check_region(shape: Sequence[int], start: Sequence[int], size: Sequence[int]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -112,8 +112,13 @@ class _Parser:
     def unpack(self, fmt: str, size: int, path: TreePath) -> Any:
         return struct.unpack(fmt, self.take(size, path))[0]
 
-    def container_length(self, minimum_each: int, path: TreePath) -> int:
-        """Header of an array (elements >= 1 byte) or map (entries >= 2 bytes); consumes it."""
+    def container_length(self, minimum_each: int, path: TreePath,
+                         declared: Callable[[int], None] | None = None) -> int:
+        """Header of an array (elements >= 1 byte) or map (entries >= 2 bytes); consumes it.
+
+        ``declared`` checks a node-specific limit on the declared length (R-LIM-20):
+        like R-LIM-11, it runs on what the header declares, before R-TREE-1.
+        """
         byte = self.data[self.pos]
         self.pos += 1
         length: int
@@ -129,6 +134,8 @@ class _Parser:
             raise LimitExceeded(f"declares {length} {'entries' if minimum_each == 2 else 'elements'}: the "
                                 f"document would hold {self.nodes + self.pending} msgpack objects, limit "
                                 f"{TREE_MAX_NODES}", field=str(path), rule="R-LIM-11")
+        if declared is not None:
+            declared(length)
         # Every element needs at least one byte: no allocation beyond what the bytes can hold (R-LIM-0).
         if length * minimum_each > self.end - self.pos:
             self.fail(f"declares {length} elements but only {self.end - self.pos} bytes follow", path, "R-TREE-1")

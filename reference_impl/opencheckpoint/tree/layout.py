@@ -50,8 +50,11 @@ def limit_error(ref: ArrayRef) -> CheckpointError | None:
     return None
 
 
-def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[CheckpointError]:
-    """Every violation of the first failing phase of step 15 (empty when the layout is valid)."""
+def layout_errors(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.bin") -> list[CheckpointError]:
+    """Every violation of the first failing phase of step 15 (empty when the layout is valid).
+
+    ``name`` is the data file as messages call it (a shard data file in format version 2).
+    """
     errors = [e for e in map(limit_error, arrays) if e is not None]
     if errors:
         return errors
@@ -76,7 +79,7 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[Checkpoint
                                            rule="R-ARR-7"))
         elif ref.offset + ref.nbytes > file_size:
             errors.append(ArrayLayoutError(f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end "
-                                           f"of data.bin ({file_size} bytes)", field=ref.path, rule="R-ARR-8"))
+                                           f"of {name} ({file_size} bytes)", field=ref.path, rule="R-ARR-8"))
     if errors:
         return errors
     extents: dict[tuple[int, int], ArrayRef] = {}
@@ -98,7 +101,7 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int) -> list[Checkpoint
     if errors:
         return errors
     if end != file_size:
-        errors.append(ArrayLayoutError(f"data.bin is {file_size} bytes but its arrays end at {end}", field="$",
+        errors.append(ArrayLayoutError(f"{name} is {file_size} bytes but its arrays end at {end}", field="$",
                                        rule="R-ARR-11"))
     return errors
 
@@ -140,11 +143,11 @@ def layout_is_valid(arrays: Sequence[ArrayRef], file_size: int) -> bool:
     return end == file_size
 
 
-def check_layout(arrays: Sequence[ArrayRef], file_size: int) -> None:
-    """Raise the first violation of step 15 (see the module docstring for the order)."""
+def check_layout(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.bin") -> None:
+    """Raise the first violation of step 15 (see the module docstring for the order) in the data file ``name``."""
     if layout_is_valid(arrays, file_size):
         return
-    errors = layout_errors(arrays, file_size)
+    errors = layout_errors(arrays, file_size, name)
     if errors:
         raise errors[0]
 

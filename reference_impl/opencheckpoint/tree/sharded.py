@@ -42,8 +42,8 @@ def parse_sharded(parser: _Parser, fields: int, depth: int, path: TreePath) -> S
     shards_path = path.child(3)
     parser.expect(ARRAY_BYTES, "an array of shard records", shards_path, _STRUCTURE)
     inner = parser.enter(depth, shards_path)
-    count = parser.container_length(1, shards_path)
-    _raise(SHD.check("R-LIM-20", str(shards_path), count))
+    # R-LIM-20 on the declared count, before R-TREE-1 finds the records missing (as R-LIM-11 does).
+    count = parser.container_length(1, shards_path, lambda n: _raise(SHD.check("R-LIM-20", str(shards_path), n)))
     shards = []
     for index in range(count):
         where = shards_path.child(index)
