@@ -34,6 +34,7 @@ from .arrays import LazyArray, array_view, fill_targets, match_targets, read_arr
 from .convert import materialize_read, materialize_views, numpy_framework, resolve
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
+from .location import PathArg
 from .steps import CheckpointSteps
 from .tree.decode import materialize
 from .tree.nodes import ArrayRef, PRNGKeyValue
@@ -49,7 +50,8 @@ class CheckpointReader(CheckpointSteps):
 
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (nothing read yet)."""
-        decoded, data_map, data_file = self.decoded_tree(name)
+        decoded, data_file, size = self.decoded_layout(name)
+        data_map = self.source.lazy_data(data_file, size)  # remote: byte-range reads, nothing fetched yet
         cache: dict[ArrayRef, LazyArray] = {}
 
         def leaf(node: Any) -> Any:
@@ -154,13 +156,13 @@ class CheckpointReader(CheckpointSteps):
 
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:
+def open_checkpoint(path: PathArg) -> CheckpointReader:
     """Open a checkpoint lazily: the manifest is verified now, arrays are read when asked for."""
     return CheckpointReader(path)
 
 
 def read_component(
-    path: str | os.PathLike[str],
+    path: PathArg,
     name: str,
     *,
     framework: str = "numpy",
