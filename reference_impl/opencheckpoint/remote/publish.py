@@ -37,8 +37,9 @@ from ..errors import ConcurrentModification, TargetExists
 from ..manifest import MANIFEST_NAME
 from .fspath import FsPath
 
-#: ``.NAME.oc-staging-<writer token>``: a writer marker (the token of :func:`~.debris.writer_token`).
-_MARKER = re.compile(rf"\.(?P<name>.+){re.escape(STAGING_MARK)}(?P<process>\d+-[0-9a-f]{{16}})[0-9a-f]{{12}}")
+#: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer
+#: marker, with the token of :func:`~.debris.writer_token`.
+_MARKER = re.compile(r"\.(?P<name>.+)\.oc-(?:staging|delete)-(?P<process>\d+-[0-9a-f]{16})[0-9a-f]{12}")
 #: Data objects of a checkpoint are all below this folder of its prefix (spec §3.1).
 _DATA_FOLDER = "components/"
 
@@ -75,6 +76,26 @@ def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsP
     with contextlib.suppress(OSError):  # the checkpoint is committed; a marker left over is cleaned later
         fs.rm_file(marker.path)
     return target
+
+
+def delete_remote_checkpoint(target: FsPath) -> None:
+    """Delete a checkpoint (the caller checked it is one it may delete): ``manifest.json`` first (R-PUB-23).
+
+    From the first step the prefix is no checkpoint any more, so a reader never takes a half-deleted
+    one for valid; a ``.NAME.oc-delete-<token>`` marker, written before and removed after, makes what a
+    killed deletion leaves recognisable debris (:func:`clean_remote_debris`).
+    """
+    fs = target.fs
+    marker = target.parent / f".{target.name}.oc-delete-{writer_token()}"
+    fs.pipe_file(marker.path, b"")
+    fault_point("delete-manifest")
+    fs.rm_file(target.key(MANIFEST_NAME))
+    for rel in _objects_below(target):
+        fault_point(f"delete:{rel}")
+        fs.rm_file(target.key(rel))
+    with contextlib.suppress(OSError):
+        fs.rm(target.path, recursive=True)  # pseudo-directories of filesystems that keep them
+    fs.rm_file(marker.path)
 
 
 def check_remote_target(target: FsPath) -> None:
