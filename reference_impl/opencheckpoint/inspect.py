@@ -19,7 +19,6 @@ manifest and the ``tree.msgpack`` / ``value.json`` files.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .errors import CheckpointError

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from .errors import CheckpointError, NotACheckpoint
 from .reader import CheckpointReader
-from .run import ARCHIVE_SUFFIX, _metric
+from .rotation_policy import metric as _metric
+from .run import ARCHIVE_SUFFIX
 
 
 @dataclass

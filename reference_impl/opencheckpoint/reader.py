@@ -23,7 +23,6 @@ array([0., 1., 2., 3.])
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 

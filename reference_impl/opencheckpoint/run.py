@@ -48,7 +48,7 @@ from .container.debris import (
 from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
-from .location import Location, PathArg, local_path, resolve_location
+from .location import Location, PathArg, resolve_location
 from .reader import CheckpointReader
 from .rotation_policy import (
     ARCHIVE_SUFFIX,
@@ -145,7 +145,10 @@ class Rotation:
         prefix: str = "checkpoint",
     ) -> None:
         check_policy(keep_last, keep_best, prefix)
-        self.directory = local_path(directory)
+        location = resolve_location(directory)
+        if not isinstance(location, Path):  # a subclass given a remote location: Rotation's methods are local
+            raise TypeError(f"{type(self).__name__} keeps checkpoints in a local directory, not at {location}")
+        self.directory = location
         self.keep_last = keep_last
         self.keep_best = keep_best
         self.prefix = prefix
@@ -261,11 +264,11 @@ class Rotation:
                 continue
             step = int(match.group(1))
             metadata = manifest.get("metadata") or {}
-            metric = metric(metadata.get(self.keep_best[0])) if self.keep_best else None
+            score = metric(metadata.get(self.keep_best[0])) if self.keep_best else None
             sequence = self._owned_by_us(metadata, path, step, rotation_id)
             mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
             writer = mark.get("writer") if sequence is not None and isinstance(mark, dict) else None
-            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), metric,
+            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), score,
                                        owned=sequence is not None, sequence=sequence or 0,
                                        writer=writer if isinstance(writer, str) else None))
         found.sort(key=lambda e: (e.step, e.created_at, e.path.name))

@@ -26,7 +26,6 @@ Examples:
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from typing import Any
 
 from .arrays import array_view, verify_view
 from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, format_error
-from .location import PathArg
 from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
+from .location import PathArg
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE

@@ -178,4 +178,4 @@ def _writer_ended(marker: FsPath, process: str) -> bool:
         modified = marker.fs.modified(marker.path)
     except (NotImplementedError, OSError):
         return False  # its age cannot be known: never taken for ended
-    return time.time() - modified.timestamp() >= STALE_AFTER_S
+    return bool(time.time() - modified.timestamp() >= STALE_AFTER_S)
