@@ -26,12 +26,12 @@ import contextlib
 import json
 import re
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..container.base import STAGING_MARK
-from ..container.debris import STALE_AFTER_S, process_running, writer_token
+from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
 from ..errors import ConcurrentModification, TargetExists
 from ..manifest import MANIFEST_NAME
@@ -42,15 +42,39 @@ from .fspath import FsPath
 _MARKER = re.compile(r"\.(?P<name>.+)\.oc-(?:staging|delete)-(?P<process>\d+-[0-9a-f]{16})[0-9a-f]{12}")
 #: Data objects of a checkpoint are all below this folder of its prefix (spec §3.1).
 _DATA_FOLDER = "components/"
+#: Markers this process is working under now (its own ended saves' markers are debris, these are not).
+_ACTIVE: set[str] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _marker(target: FsPath, kind: str, content: bytes) -> Iterator[FsPath]:
+    """Write the writer marker ``.NAME.oc-<kind>-<writer token>`` beside ``target``; removed on success."""
+    marker = target.parent / f".{target.name}.oc-{kind}-{writer_token()}"
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(marker.path)
+    try:
+        fault_point(f"write-marker:{kind}")
+        target.fs.pipe_file(marker.path, content)
+        yield marker
+        with contextlib.suppress(OSError):  # the work is done; a marker left over is cleaned later
+            target.fs.rm_file(marker.path)
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(marker.path)
 
 
 def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsPath:
     """Write a checkpoint with ``write_local(local_path)`` and publish it at ``target``, manifest last."""
     check_remote_target(target)
+    with _marker(target, "staging", json.dumps({"target": target.name, "started": time.time()}).encode()) as marker:
+        _upload(write_local, target, marker)
+    return target
+
+
+def _upload(write_local: Callable[[Path], object], target: FsPath, marker: FsPath) -> None:
+    """Write locally, upload the data objects, then ``manifest.json``; on failure delete what was uploaded."""
     fs = target.fs
-    marker = target.parent / f".{target.name}{STAGING_MARK}{writer_token()}"
-    fault_point("write-marker")
-    fs.pipe_file(marker.path, json.dumps({"target": target.name, "started": time.time()}).encode())
     uploaded: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="opencheckpoint-upload-") as scratch:
@@ -61,21 +85,21 @@ def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsP
                 fault_point(f"upload:{rel}")
                 uploaded.append(rel)
                 fs.put_file(str(local), target.key(rel))
+            fs.invalidate_cache(target.path)
             if fs.exists(target.key(MANIFEST_NAME)):
                 raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
                                              "was uploading; this save published nothing", file=str(target))
             fault_point("upload:manifest.json")
             fs.pipe_file(target.key(MANIFEST_NAME), (staged / MANIFEST_NAME).read_bytes())
     except BaseException:
-        for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
-            with contextlib.suppress(OSError):
-                fs.rm_file(target.key(rel))
-        with contextlib.suppress(OSError):
+        try:
+            for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(target.key(rel))
             fs.rm_file(marker.path)
+        except OSError:  # what is left stays marked: debris, removed by a later save or prune
+            pass
         raise
-    with contextlib.suppress(OSError):  # the checkpoint is committed; a marker left over is cleaned later
-        fs.rm_file(marker.path)
-    return target
 
 
 def delete_remote_checkpoint(target: FsPath) -> None:
@@ -86,16 +110,10 @@ def delete_remote_checkpoint(target: FsPath) -> None:
     killed deletion leaves recognisable debris (:func:`clean_remote_debris`).
     """
     fs = target.fs
-    marker = target.parent / f".{target.name}.oc-delete-{writer_token()}"
-    fs.pipe_file(marker.path, b"")
-    fault_point("delete-manifest")
-    fs.rm_file(target.key(MANIFEST_NAME))
-    for rel in _objects_below(target):
-        fault_point(f"delete:{rel}")
-        fs.rm_file(target.key(rel))
-    with contextlib.suppress(OSError):
-        fs.rm(target.path, recursive=True)  # pseudo-directories of filesystems that keep them
-    fs.rm_file(marker.path)
+    with _marker(target, "delete", b""):
+        fault_point("delete-manifest")
+        fs.rm_file(target.key(MANIFEST_NAME))
+        _remove_objects(target, _objects_below(target))
 
 
 def check_remote_target(target: FsPath) -> None:
@@ -123,9 +141,29 @@ def check_remote_target(target: FsPath) -> None:
                            "delete them or save elsewhere", file=str(target), rule="R-PUB-21")
 
 
+def _remove_objects(prefix: FsPath, rels: list[str]) -> None:
+    """Delete the objects ``rels`` below ``prefix``, then what is left of it (pseudo-directories only)."""
+    for rel in rels:
+        fault_point(f"delete:{rel}")
+        with contextlib.suppress(FileNotFoundError):
+            prefix.fs.rm_file(prefix.key(rel))
+    if "/" not in prefix.path.strip("/"):
+        return  # a top-level path (a bucket) is never removed
+    try:  # filesystems that keep directories (memory): empty ones only, deepest first; never recursive
+        folders = prefix.fs.find(prefix.path, withdirs=True, detail=True)
+    except OSError:
+        return
+    for name in sorted((n for n, info in folders.items() if info.get("type") == "directory"), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            prefix.fs.rmdir(name)
+    with contextlib.suppress(OSError):
+        prefix.fs.rmdir(prefix.path)
+
+
 def _objects_below(prefix: FsPath) -> list[str]:
     """Relative names of every object below ``prefix``."""
     root = prefix.path.rstrip("/") + "/"
+    prefix.fs.invalidate_cache(prefix.path)  # fsspec's listing cache may predate another process's writes
     try:
         found = prefix.fs.find(prefix.path)
     except OSError:
@@ -143,6 +181,7 @@ def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[s
     :class:`ConcurrentModification` (``only``), and is otherwise left alone. Returns the markers removed.
     """
     fs = directory.fs
+    fs.invalidate_cache(directory.path)
     try:
         names = [str(n).rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(directory.path, detail=False)]
     except (FileNotFoundError, NotADirectoryError):
@@ -162,8 +201,7 @@ def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[s
             leftover = _objects_below(target)
             if any(not rel.startswith(_DATA_FOLDER) for rel in leftover):
                 continue  # something else is there too: not only what a writer writes, so not ours to delete
-            for rel in leftover:
-                fs.rm_file(target.key(rel))
+            _remove_objects(target, leftover)
         fs.rm_file(marker.path)
         removed.append(name)
     return removed
@@ -171,6 +209,9 @@ def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[s
 
 def _writer_ended(marker: FsPath, process: str) -> bool:
     """Whether the writer of ``marker`` has ended: asked of this machine, else the marker is an hour old."""
+    if process == process_token():
+        with _ACTIVE_LOCK:
+            return marker.path not in _ACTIVE  # this process's own: ended unless a save or deletion is under way
     running = process_running(process)
     if running is not None:
         return not running

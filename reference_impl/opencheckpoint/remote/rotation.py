@@ -144,6 +144,7 @@ class RemoteRotation:
     # -- listing ------------------------------------------------------------------------
     def _scan(self) -> tuple[list[RemoteEntry], list[tuple[FsPath, CheckpointError]]]:
         """The checkpoints below the prefix (oldest step first), and the names that do not open."""
+        self.directory.fs.invalidate_cache(self.directory.path)  # other processes save and prune here too
         try:
             names = sorted({str(n).rstrip("/").rsplit("/", 1)[-1]
                             for n in self.directory.fs.ls(self.directory.path, detail=False)})

@@ -69,6 +69,7 @@ class RemoteSource(Source):
 
     def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
         root = self.location.path.rstrip("/") + "/"
+        self.location.fs.invalidate_cache(self.location.path)  # a listing cached before the manifest was read
         try:
             listing: dict[str, Any] = self.location.fs.find(self.location.path, detail=True)
         except OSError as exc:
