@@ -44,7 +44,7 @@ class S3Server:
     def options(self) -> dict[str, Any]:
         """s3fs ``storage_options`` for the server: dummy keys, never anonymous, this endpoint only."""
         return {"key": "testing", "secret": "testing", "anon": False,
-                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
+                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "eu-west-1"}}
 
     def filesystem(self) -> Any:
         s3fs = pytest.importorskip("s3fs")
@@ -68,7 +68,7 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     fs = s3_server.filesystem()
     bucket = f"oc-{uuid.uuid4().hex[:12]}"
-    fs.mkdir(bucket)
+    fs.mkdir(bucket)  # in the client's region (eu-west-1: us-east-1 takes no LocationConstraint)
     fs.test_bucket = bucket
     return fs
 
