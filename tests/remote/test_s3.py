@@ -103,3 +103,13 @@ def test_a_writer_killed_before_the_manifest_publishes_nothing(
     saved = rotation.save(Checkpoint(model={"w": np.ones(3)}), 2)  # the killed writer's debris is cleaned
     assert saved == killed and validate(saved).ok
     assert [p.rsplit("/", 1)[-1] for p in s3.ls(directory.path, detail=False) if "oc-staging" in p] == []
+
+
+def test_the_cli_validates_an_s3_url_configured_by_environment(s3: Any, s3_server: Any) -> None:
+    saved = Checkpoint(model=_state()).save(FsPath(s3, f"{s3.test_bucket}/ckpt"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true",
+           "FSSPEC_S3_ENDPOINT_URL": s3_server.endpoint, "FSSPEC_S3_KEY": "testing", "FSSPEC_S3_SECRET": "testing"}
+    done = subprocess.run([sys.executable, "-m", "opencheckpoint", "validate", "--json", str(saved)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"ok": true' in done.stdout and f"s3://{s3.test_bucket}/ckpt" in done.stdout
