@@ -295,7 +295,7 @@ class Checkpoint:
         if output != "directory":
             raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
                                       "checkpoint is stored in directory form (format='directory')",
-                                      file=str(target), rule="R-PUB-20")
+                                      file=str(target))
         from .remote.publish import publish_remote  # the remote writer loads only when a remote path is used
 
         scratch = copy.copy(self)

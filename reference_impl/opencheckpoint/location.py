@@ -37,8 +37,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import UnsupportedLocation
-from .remote.fspath import FsPath
+from .remote.fspath import FsPath, unsupported
 
 #: What a caller may name a checkpoint (or a rotation directory) with.
 PathArg = str | os.PathLike[str] | FsPath
@@ -59,14 +58,14 @@ def local_path(path: str | os.PathLike[str]) -> Path:
         text = os.fsdecode(text)
     match = _URL.match(text)
     if match is not None:
-        raise UnsupportedLocation(f"a URL, not a local path: remote storage ({match.group(0)!r}) is not supported "
-                                  "here; copy the checkpoint to a local path", file=text, rule="R-PUB-20")
+        raise unsupported(text, f"a URL, not a local path: remote storage ({match.group(0)!r}) is not supported "
+                                "here; copy the checkpoint to a local path")
     collapsed = _COLLAPSED_URL.match(text)
     if collapsed is not None:
         scheme = collapsed["scheme"]
-        raise UnsupportedLocation(f"a URL collapsed by pathlib (Path('{scheme}://...') keeps '{scheme}:/'), not a "
-                                  "local path: remote storage is not supported that way; pass the URL as a string "
-                                  f"(a local folder of that name: './{scheme}:/...')", file=text, rule="R-PUB-20")
+        raise unsupported(text, f"a URL collapsed by pathlib (Path('{scheme}://...') keeps '{scheme}:/'), not a "
+                                "local path: remote storage is not supported that way; pass the URL as a string "
+                                f"(a local folder of that name: './{scheme}:/...')")
     path = Path(text)
     if _COLLAPSED_URL.match(str(path)):
         # "./s3:/x" was asked for, but Path drops the "./": made absolute, the result is accepted again when a

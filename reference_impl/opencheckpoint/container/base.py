@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, IntegrityError, MissingFile, NotACheckpoint
+from ..errors import CheckpointError, ConcurrentModification, IntegrityError, MissingFile, NotACheckpoint
 from ..location import Location
 
 STAGING_MARK = ".oc-staging-"
@@ -132,6 +132,12 @@ class FileRegion:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def gone_while_reading(rel: str, how: str) -> ConcurrentModification:
+    """R-RDR-14: a file present when the checkpoint was opened is gone: another process replaced or deleted it."""
+    return ConcurrentModification(f"the file was present when the checkpoint was opened and is gone now: {how}",
+                                  file=rel, rule="R-RDR-14")
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:

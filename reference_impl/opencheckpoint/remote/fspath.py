@@ -27,13 +27,18 @@ from ..errors import UnsupportedLocation
 INSTALL_HINT = "pip install 'opencheckpoint[remote]'"
 
 
+def unsupported(location: str, why: str) -> UnsupportedLocation:
+    """R-PUB-20: a URL (or what ``pathlib`` left of one) this implementation cannot serve, refused."""
+    return UnsupportedLocation(why, file=location, rule="R-PUB-20")
+
+
 def require_fsspec(location: str) -> ModuleType:
     """The ``fsspec`` module, or :class:`UnsupportedLocation` naming the extra that installs it."""
     try:
         return importlib.import_module("fsspec")
     except ImportError:
-        raise UnsupportedLocation(f"a URL: remote storage needs fsspec, which is not installed ({INSTALL_HINT}); "
-                                  "or copy the checkpoint to a local path", file=location, rule="R-PUB-20") from None
+        raise unsupported(location, f"a URL: remote storage needs fsspec, which is not installed ({INSTALL_HINT}); "
+                                    "or copy the checkpoint to a local path") from None
 
 
 @dataclass(frozen=True, eq=True)
@@ -58,9 +63,8 @@ class FsPath:
         try:
             fs, path = fsspec.core.url_to_fs(url, **storage_options)
         except (ImportError, ValueError) as exc:
-            raise UnsupportedLocation(f"no fsspec filesystem for this URL ({exc}); {INSTALL_HINT} installs S3 "
-                                      "support, other protocols need their fsspec package (gcsfs, adlfs, ...)",
-                                      file=url, rule="R-PUB-20") from None
+            raise unsupported(url, f"no fsspec filesystem for this URL ({exc}); {INSTALL_HINT} installs S3 "
+                                   "support, other protocols need their fsspec package (gcsfs, adlfs, ...)") from None
         return cls(fs, path)
 
     @property

@@ -32,7 +32,7 @@ def open_remote(
     if is_file:
         raise UnsupportedLocation("a single-file archive on a remote filesystem: archives are read from local "
                                   "paths (copy it first); remote checkpoints are stored in directory form",
-                                  file=str(location), rule="R-PUB-20")
+                                  file=str(location))
     source = RemoteSource(location)
     try:
         try:

@@ -115,7 +115,7 @@ class RemoteRotation:
         output = format or checkpoint.format
         if output != "directory":
             raise UnsupportedLocation("a remote rotation stores checkpoints in directory form (format='directory')",
-                                      file=str(self.directory), rule="R-PUB-20")
+                                      file=str(self.directory))
         try:
             rotation_id = self._rotation_id(create=True)
             sequence = 1 + max((e.sequence for e in self.entries()), default=0)

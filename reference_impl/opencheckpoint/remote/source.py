@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..container.base import FileRegion, Source, size_mismatch
-from ..errors import CheckpointError, ConcurrentModification, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint
+from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
+from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from .fspath import FsPath
@@ -96,10 +96,8 @@ class RemoteSource(Source):
             return bytes(self.location.fs.cat_file(self.location.key(rel), start=start, end=end))
         except FileNotFoundError:
             if rel in self._listed:
-                raise ConcurrentModification(
-                    "the object was present when the checkpoint was opened and is gone now: another process "
-                    "deleted the checkpoint (rotation pruning?) while it was being read", file=rel,
-                    rule="R-RDR-14") from None
+                raise gone_while_reading(rel, "another process deleted the checkpoint (a rotation pruning it?) "
+                                              "while it was being read") from None
             raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
         except OSError as exc:
             raise MissingFile(f"cannot read: {exc}", file=rel, rule="R-CON-3") from None
