@@ -129,9 +129,12 @@ class Rotation:
     (['checkpoint-000000000002', 'checkpoint-000000000003'], 'checkpoint-000000000002')
     """
 
-    def __new__(cls, directory: PathArg, *args: Any, **kwargs: Any) -> Rotation:
-        """A :class:`~.remote.rotation.RemoteRotation` (the same methods) for a URL or an ``FsPath``."""
-        if cls is Rotation and not isinstance(resolve_location(directory), Path):
+    def __new__(cls, directory: PathArg | None = None, *args: Any, **kwargs: Any) -> Rotation:
+        """A :class:`~.remote.rotation.RemoteRotation` (the same methods) for a URL or an ``FsPath``.
+
+        (``directory`` is None only when :mod:`copy` or :mod:`pickle` make an instance.)
+        """
+        if cls is Rotation and directory is not None and not isinstance(resolve_location(directory), Path):
             from .remote.rotation import RemoteRotation
 
             return cast(Rotation, RemoteRotation(directory, *args, **kwargs))

@@ -158,7 +158,7 @@ class RemoteRegion(FileRegion):
                 return
             self._ahead, self._ahead_start = data, offset
         start = offset - self._ahead_start
-        view[:] = self._ahead[start : start + want]
+        view[:] = memoryview(self._ahead)[start : start + want]
 
     def close(self) -> None:
         self._ahead = b""
