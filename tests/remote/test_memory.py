@@ -8,11 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from remote_fetches import FetchCounter
 
 from opencheckpoint import (
     Checkpoint,
@@ -31,6 +33,29 @@ from opencheckpoint.errors import ConcurrentModification
 from opencheckpoint.inspect import describe
 from opencheckpoint.remote import FsPath
 from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
+
+fsspec = pytest.importorskip("fsspec")
+
+
+@pytest.fixture
+def memfs() -> Any:
+    """fsspec's in-memory filesystem (process-wide: each test works below its own prefix)."""
+    return fsspec.filesystem("memory")
+
+
+@pytest.fixture
+def mem_url(memfs: Any) -> Iterator[str]:
+    """A fresh ``memory://`` prefix, removed after the test."""
+    root = f"/oc-test-{uuid.uuid4().hex[:12]}"
+    yield f"memory://{root}"
+    if memfs.exists(root):
+        memfs.rm(root, recursive=True)
+
+
+@pytest.fixture
+def count_fetches(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], FetchCounter]:
+    """``count_fetches(fs)``: a :class:`FetchCounter` recording what ``fs.cat_file`` fetches from now on."""
+    return lambda fs: FetchCounter(fs, monkeypatch)
 
 
 def _state() -> dict[str, Any]:
