@@ -262,3 +262,11 @@ def test_saving_a_step_again_replaces_the_rotations_own_checkpoint(mem_url: str)
     rotation.save(Checkpoint(model={"v": 1}), 5)
     rotation.save(Checkpoint(model={"v": 2}), 5)  # resumed from an older step, reached step 5 again
     assert read_component(rotation.path_for(5), "model") == {"v": 2} and len(rotation.checkpoints()) == 1
+
+
+def test_local_urls_and_filesystems_keep_the_local_rename(tmp_path: Any) -> None:
+    """``file://`` and fsspec's local filesystem are local paths: the atomic rename, overwrite allowed (§12.1)."""
+    first = Checkpoint(model={"v": 1}).save(f"file://{tmp_path}/ckpt")
+    again = Checkpoint(model={"v": 2}).save(FsPath(fsspec.filesystem("file"), f"{tmp_path}/ckpt"))
+    assert first == again == tmp_path / "ckpt" and first.is_dir()
+    assert read_component(tmp_path / "ckpt", "model") == {"v": 2}
