@@ -321,7 +321,7 @@ class LazyArray:
 
     __slots__ = ("ref", "_map", "_file", "_view")
 
-    def __init__(self, ref: ArrayRef, data_map: memoryview, file: str) -> None:
+    def __init__(self, ref: ArrayRef, data_map: memoryview | FileRegion, file: str) -> None:
         self.ref = ref
         self._map = data_map
         self._file = file
@@ -340,11 +340,21 @@ class LazyArray:
         return self.ref.nbytes
 
     def read(self, *, verify: bool = True) -> np.ndarray:
-        """A read-only view into the map, verified the first time."""
+        """A read-only view into the map, verified the first time.
+
+        From a remote checkpoint (a region, not a map) only the array's own byte range is fetched.
+        """
         if self._view is None:
-            view = array_view(self._map, self.ref)
-            if verify:
-                verify_view(view, self.ref, self._file)
+            if isinstance(self._map, FileRegion):
+                if not self.ref.nbytes:
+                    return _empty(self.ref, self._file)
+                view = np.empty(self.ref.shape, numpy_dtype(self.ref.dtype))
+                read_verified_into(self._map, self.ref, view, self._file, verify=verify)
+                view.flags.writeable = False
+            else:
+                view = array_view(self._map, self.ref)
+                if verify:
+                    verify_view(view, self.ref, self._file)
             self._view = view
         return self._view
 
@@ -359,7 +369,10 @@ class LazyArray:
 
         start, size = tuple(int(s) for s in start), tuple(int(n) for n in size)
         check_region(self.ref.shape, start, size)
-        source = self.read() if verify else array_view(self._map, self.ref)
+        if verify or isinstance(self._map, FileRegion):  # remote: the array's own byte range, fetched once
+            source = self.read(verify=verify)
+        else:
+            source = array_view(self._map, self.ref)
         return np.array(source[region_slices((start, size), (0,) * len(start))])
 
     def __getitem__(self, key: Any) -> np.ndarray:

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import os
@@ -23,7 +24,7 @@ import uuid
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from . import loading
 from .adapters import registry
@@ -31,15 +32,16 @@ from .adapters.base import Adapter, ComponentWriter, resolve_adapter
 from .casting import CastPolicy
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, ConcurrentModification, UnsupportedValue
+from .errors import CheckpointError, ConcurrentModification, UnsupportedLocation, UnsupportedValue
 from .loading import LoadResult
-from .location import local_path
+from .location import PathArg, resolve_location
 from .manifest import MANIFEST_NAME
 from .manifest_builder import manifest_body
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
 from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader
+from .remote.fspath import FsPath
 from .restore_plan import Rename, RestorePlan
 from .strict_json import parse_ijson
 
@@ -216,9 +218,23 @@ class Checkpoint:
         return [n for n in self._components if n in set(names)]
 
     # -- saving ----------------------------------------------------------------------
+    @overload
+    def save(self, path: os.PathLike[str], *, components: Collection[str] | None = None,
+             metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+             checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+             producer: Mapping[str, Any] | None = None,
+             component_options: Mapping[str, CheckpointOptions] | None = None) -> Path: ...
+
+    @overload
+    def save(self, path: str | FsPath, *, components: Collection[str] | None = None,
+             metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+             checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+             producer: Mapping[str, Any] | None = None,
+             component_options: Mapping[str, CheckpointOptions] | None = None) -> Path | FsPath: ...
+
     def save(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         components: Collection[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -228,7 +244,7 @@ class Checkpoint:
         overwrite: bool = True,
         producer: Mapping[str, Any] | None = None,
         component_options: Mapping[str, CheckpointOptions] | None = None,
-    ) -> Path:
+    ) -> Path | FsPath:
         """Write the selected components atomically to ``path`` and return it.
 
         ``component_options``: name -> :class:`~opencheckpoint.CheckpointOptions`
@@ -245,13 +261,25 @@ class Checkpoint:
         OpenCheckpoint checkpoint, and the latter only with ``overwrite=True``
         (the default). Anything else at ``path`` (a folder of yours, a file,
         a symbolic link) raises :class:`TargetExists` before anything on disk
-        changes; no option deletes it. A URL (``s3://...``) raises
-        :class:`UnsupportedLocation`.
+        changes; no option deletes it.
+
+        ``path`` may also be a URL (``s3://bucket/run/ckpt``, ``memory://x``) or an
+        :class:`~opencheckpoint.remote.fspath.FsPath` (an fsspec filesystem and a path on it;
+        needs ``opencheckpoint[remote]``): the checkpoint is then written in directory form as
+        objects, ``manifest.json`` last (the commit point, spec §12.7), and the path returned is
+        that ``FsPath``. A checkpoint on an object store is never overwritten in place: a save to a
+        prefix that holds one raises :class:`TargetExists`, whatever ``overwrite`` says. A URL
+        that no installed fsspec implementation serves raises :class:`UnsupportedLocation`.
         """
-        target = local_path(path).absolute()
+        location = resolve_location(path)
         output = format or self.format
         if output not in _FORMATS:
             raise ValueError(f"format must be one of {_FORMATS}, got {output!r}")
+        if isinstance(location, FsPath):
+            return self._save_remote(location, output, components=components, metadata=metadata,
+                                     checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
+                                     component_options=component_options)
+        target = location.absolute()
         names = self._selection(self.save_components if components is None else components)
         overrides = check_option_names(component_options, names, "save")
         options = {name: self._merged(name, overrides) for name in names}
@@ -277,6 +305,19 @@ class Checkpoint:
             raise raced from exc
         return target
 
+    def _save_remote(self, target: FsPath, output: CheckpointFormat, **options: Any) -> FsPath:
+        """Save to an fsspec location: written locally with :meth:`save` (no fsync: it is a scratch copy),
+        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`)."""
+        if output != "directory":
+            raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
+                                      "checkpoint is stored in directory form (format='directory')",
+                                      file=str(target))
+        from .remote.publish import publish_remote  # the remote writer loads only when a remote path is used
+
+        scratch = copy.copy(self)
+        scratch.durable = False
+        return publish_remote(lambda local: scratch.save(local, format="directory", **options), target)
+
     def _save_component(self, name: str, staged: StagedCheckpoint, adapter: Adapter,
                         options: CheckpointOptions) -> dict[str, Any]:
         value, _ = self._components[name]
@@ -296,7 +337,7 @@ class Checkpoint:
     # -- loading -------------------------------------------------------------------------
     def load(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         components: Collection[str] | None = None,
         strict: Strictness | None = None,

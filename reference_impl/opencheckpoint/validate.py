@@ -26,7 +26,6 @@ Examples:
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 from .arrays import array_view, verify_view
 from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, format_error
 from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
+from .location import PathArg
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE
@@ -97,7 +97,7 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
         yield view[start : start + CHUNK_BYTES]
 
 
-def validate(path: str | os.PathLike[str], *, progress: Any = None) -> ValidationReport:
+def validate(path: PathArg, *, progress: Any = None) -> ValidationReport:
     """Validate a checkpoint completely; never raises a :class:`CheckpointError`.
 
     ``progress``, if given, is called with the number of bytes checked so far. A checkpoint
@@ -110,7 +110,7 @@ def validate(path: str | os.PathLike[str], *, progress: Any = None) -> Validatio
     return report
 
 
-def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationReport:
+def _validate_once(path: PathArg, progress: Any) -> ValidationReport:
     report = ValidationReport(str(path))
     issues: list[CheckpointError] = []
     skipped: set[str] = set()
