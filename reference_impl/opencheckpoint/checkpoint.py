@@ -312,11 +312,13 @@ class Checkpoint:
             raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
                                       "checkpoint is stored in directory form (format='directory')",
                                       file=str(target))
-        from .remote.publish import publish_remote  # the remote writer loads only when a remote path is used
+        from .remote.failures import storage_errors  # the remote writer loads only when a remote path is used
+        from .remote.publish import publish_remote
 
         scratch = copy.copy(self)
         scratch.durable = False
-        return publish_remote(lambda local: scratch.save(local, format="directory", **options), target)
+        with storage_errors(target, "save a checkpoint here"):
+            return publish_remote(lambda local: scratch.save(local, format="directory", **options), target)
 
     def _save_component(self, name: str, staged: StagedCheckpoint, adapter: Adapter,
                         options: CheckpointOptions) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def local_path(path: str | os.PathLike[str]) -> Path:
 def resolve_location(path: PathArg) -> Location:
     """``path`` as a local :class:`~pathlib.Path` or, for a URL or an :class:`FsPath`, an ``FsPath``.
 
-    Local filesystems (``file://``, fsspec's ``LocalFileSystem``) come back as local paths, so
+    Local filesystems (``file://``, also ``file://localhost/ABS`` = ``/ABS`` as RFC 8089 says, fsspec's
+    ``LocalFileSystem``) come back as local paths, so
     they keep the atomic rename of §12.1. :class:`UnsupportedLocation` for a URL that fsspec
     (missing, or without an implementation of the protocol) cannot serve, and for what
     ``pathlib`` leaves of a URL.
@@ -89,4 +90,6 @@ def resolve_location(path: PathArg) -> Location:
         text = os.fsdecode(text)
     if _URL.match(text) is None:
         return local_path(text)
+    if text.lower().startswith("file://localhost/"):  # RFC 8089: the host "localhost" is this machine
+        text = "file://" + text[len("file://localhost"):]
     return resolve_location(FsPath.from_url(text))

@@ -41,6 +41,13 @@ def require_fsspec(location: str) -> ModuleType:
                                     "or copy the checkpoint to a local path") from None
 
 
+def is_folder_marker(name: str, info: Any) -> bool:
+    """A zero-byte object whose key ends with ``/``: a "folder" made by a console or a sync tool (S3 console,
+    S3A, rclone's directory markers). Spec §12.7: a pseudo-directory is not an entry, so it is never a file
+    of a checkpoint, never an object that makes a prefix non-empty, and never deleted as debris."""
+    return str(name).endswith("/") and not int((info or {}).get("size") or 0)
+
+
 @dataclass(frozen=True, eq=True)
 class FsPath:
     """``path`` (the filesystem's own form: ``bucket/key`` for S3, no protocol) on the fsspec filesystem ``fs``."""

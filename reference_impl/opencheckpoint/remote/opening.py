@@ -14,6 +14,7 @@ from ..container.base import STAGING_MARK, Source
 from ..errors import CheckpointError, NotACheckpoint, UnsupportedLocation
 from ..manifest import ParsedManifest, parse_manifest
 from ..opening import Understood, check_inventory
+from .failures import storage_errors
 from .fspath import FsPath
 from .source import RemoteSource
 
@@ -21,7 +22,18 @@ from .source import RemoteSource
 def open_remote(
     location: FsPath, understood: Understood, issues: list[CheckpointError] | None, check_files: bool = True
 ) -> tuple[FsPath, Source, ParsedManifest]:
-    """Steps 1-11 for a remote location: the location, its open source, its parsed manifest."""
+    """Steps 1-11 for a remote location: the location, its open source, its parsed manifest.
+
+    A storage failure (unreachable endpoint, no credentials, access denied) is a
+    :class:`CheckpointError` naming the location (:mod:`.failures`); nothing there is :class:`NotACheckpoint`.
+    """
+    with storage_errors(location, "open a checkpoint here", missing=NotACheckpoint):
+        return _open(location, understood, issues, check_files)
+
+
+def _open(
+    location: FsPath, understood: Understood, issues: list[CheckpointError] | None, check_files: bool
+) -> tuple[FsPath, Source, ParsedManifest]:
     if location.name.startswith(".") and STAGING_MARK in location.name:
         raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(location),
                              rule="R-PUB-12")

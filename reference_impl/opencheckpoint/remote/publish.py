@@ -7,17 +7,19 @@ its ``manifest.json`` exists, and readers already treat a prefix without one as
 1. refuses a target that is inside a checkpoint, holds a checkpoint (never
    overwritten in place: a rotation writes new prefixes), or holds any object
    (R-PUB-21), after removing the debris of ended writers of that target;
-2. writes a *writer marker*, the sibling object ``.NAME.oc-staging-<writer token>``
-   (the staging naming of §12.1), before any object below the target, so the
-   debris of a killed save is recognisably ours;
-3. writes the checkpoint into a local temporary directory with the ordinary
-   writer (trees, JSON, adapters' files, every checksum), then uploads every
-   data object, and ``manifest.json`` strictly last (R-PUB-22);
+2. writes the checkpoint into a local temporary directory with the ordinary
+   writer (trees, JSON, adapters' files, every checksum);
+3. writes a *writer marker*, the sibling object ``.NAME.oc-staging-<writer token>``
+   (the staging naming of §12.1) holding the upload plan (every object name it
+   will write), before any object below the target, so the debris of a killed
+   save is recognisably ours, by name; then uploads every data object, and
+   ``manifest.json`` strictly last (R-PUB-22);
 4. deletes the marker. A failed save deletes what it uploaded, then its marker.
 
 A writer killed in step 3 leaves data objects without a manifest (not a
 checkpoint) and its marker; the next save to that target, or a rotation's
-pruning, deletes both once the writer has ended (R-PUB-24).
+pruning, deletes the planned objects and the marker once the writer has ended,
+and nothing else (R-PUB-24).
 """
 
 from __future__ import annotations
@@ -33,15 +35,13 @@ from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
-from ..errors import ConcurrentModification, TargetExists
+from ..errors import ConcurrentModification, TargetExists, UnsupportedLocation
 from ..manifest import MANIFEST_NAME
-from .fspath import FsPath
+from .fspath import FsPath, is_folder_marker
 
 #: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer
 #: marker, with the token of :func:`~.debris.writer_token`.
 _MARKER = re.compile(r"\.(?P<name>.+)\.oc-(?:staging|delete)-(?P<process>\d+-[0-9a-f]{16})[0-9a-f]{12}")
-#: Data objects of a checkpoint are all below this folder of its prefix (spec §3.1).
-_DATA_FOLDER = "components/"
 #: Markers this process is working under now (its own ended saves' markers are debris, these are not).
 _ACTIVE: set[str] = set()
 _ACTIVE_LOCK = threading.Lock()
@@ -65,32 +65,39 @@ def _marker(target: FsPath, kind: str, content: bytes) -> Iterator[FsPath]:
 
 
 def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsPath:
-    """Write a checkpoint with ``write_local(local_path)`` and publish it at ``target``, manifest last."""
+    """Write a checkpoint with ``write_local(local_path)`` and publish it at ``target``, manifest last.
+
+    The writer marker records the upload plan (every object name the save will write), so that what a killed
+    save leaves is deleted by name and nothing else below the prefix ever is (R-PUB-24).
+    """
     check_remote_target(target)
-    with _marker(target, "staging", json.dumps({"target": target.name, "started": time.time()}).encode()) as marker:
-        _upload(write_local, target, marker)
+    with tempfile.TemporaryDirectory(prefix="opencheckpoint-upload-") as scratch:
+        staged = Path(scratch) / "checkpoint"
+        write_local(staged)
+        objects = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
+        plan = {"target": target.name, "started": time.time(), "objects": objects}
+        with _marker(target, "staging", json.dumps(plan).encode()) as marker:
+            _upload(staged, objects, target, marker)
     return target
 
 
-def _upload(write_local: Callable[[Path], object], target: FsPath, marker: FsPath) -> None:
-    """Write locally, upload the data objects, then ``manifest.json``; on failure delete what was uploaded."""
+def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) -> None:
+    """Upload the data objects, then ``manifest.json``; on failure delete what was uploaded."""
     fs = target.fs
     uploaded: list[str] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="opencheckpoint-upload-") as scratch:
-            staged = Path(scratch) / "checkpoint"
-            write_local(staged)
-            for local in sorted(p for p in staged.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
-                rel = local.relative_to(staged).as_posix()
-                fault_point(f"upload:{rel}")
-                uploaded.append(rel)
-                fs.put_file(str(local), target.key(rel))
-            fs.invalidate_cache(target.path)
-            if fs.exists(target.key(MANIFEST_NAME)):
-                raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
-                                             "was uploading; this save published nothing", file=str(target))
-            fault_point("upload:manifest.json")
-            fs.pipe_file(target.key(MANIFEST_NAME), (staged / MANIFEST_NAME).read_bytes())
+        for rel in objects:
+            if rel == MANIFEST_NAME:
+                continue
+            fault_point(f"upload:{rel}")
+            uploaded.append(rel)
+            fs.put_file(str(staged / rel), target.key(rel))
+        fs.invalidate_cache(target.path)
+        if fs.exists(target.key(MANIFEST_NAME)):
+            raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
+                                         "was uploading; this save published nothing", file=str(target))
+        fault_point("upload:manifest.json")
+        fs.pipe_file(target.key(MANIFEST_NAME), (staged / MANIFEST_NAME).read_bytes())
     except BaseException:
         try:
             for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
@@ -110,15 +117,40 @@ def delete_remote_checkpoint(target: FsPath) -> None:
     killed deletion leaves recognisable debris (:func:`clean_remote_debris`).
     """
     fs = target.fs
-    with _marker(target, "delete", b""):
+    listed = _listed_objects(target)
+    with _marker(target, "delete", json.dumps({"target": target.name, "objects": listed}).encode()):
         fault_point("delete-manifest")
         fs.rm_file(target.key(MANIFEST_NAME))
-        _remove_objects(target, _objects_below(target))
+        _remove_objects(target, [rel for rel in _objects_below(target) if rel in set(listed)])
+
+
+def _listed_objects(target: FsPath) -> list[str]:
+    """The objects the manifest of the checkpoint at ``target`` lists (its files), and the manifest itself."""
+    try:
+        manifest = json.loads(target.fs.cat_file(target.key(MANIFEST_NAME)))
+        components = manifest["components"]
+        listed = [f"{record['path']}/{rel}" for record in components.values() for rel in record["files"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [MANIFEST_NAME]  # unreadable: nothing but the manifest is known to be the checkpoint's
+    return sorted({MANIFEST_NAME, *(str(rel) for rel in listed)})
+
+
+def _planned_objects(marker: FsPath) -> set[str]:
+    """The object names a writer marker records as its writer's plan (none when it records none)."""
+    try:
+        plan = json.loads(marker.fs.cat_file(marker.path))
+        objects = plan.get("objects") if isinstance(plan, dict) else None
+    except (OSError, ValueError):
+        return set()
+    return {rel for rel in objects if isinstance(rel, str)} if isinstance(objects, list) else set()
 
 
 def check_remote_target(target: FsPath) -> None:
     """R-PUB-21: ``target`` must be an empty prefix outside any checkpoint (after debris cleanup)."""
     fs = target.fs
+    if not fs.root_marker and "/" not in target.path.strip("/"):  # an object store's bucket, not a prefix in it
+        raise UnsupportedLocation("a bucket's root: a checkpoint is saved to a prefix in a bucket "
+                                  f"({target}/NAME), never to the bucket itself", file=str(target))
     ancestor, seen = target.parent, {target.path}
     while ancestor.path not in seen:
         if fs.exists(ancestor.key(MANIFEST_NAME)):
@@ -161,22 +193,24 @@ def _remove_objects(prefix: FsPath, rels: list[str]) -> None:
 
 
 def _objects_below(prefix: FsPath) -> list[str]:
-    """Relative names of every object below ``prefix``."""
+    """Relative names of every object below ``prefix``, folder markers left out (a pseudo-directory, §12.7)."""
     root = prefix.path.rstrip("/") + "/"
     prefix.fs.invalidate_cache(prefix.path)  # fsspec's listing cache may predate another process's writes
     try:
-        found = prefix.fs.find(prefix.path)
+        found = prefix.fs.find(prefix.path, detail=True)
     except OSError:
         return []
-    return sorted(str(name)[len(root):] for name in found if str(name).startswith(root))
+    return sorted(str(name)[len(root):] for name, info in found.items()
+                  if str(name).startswith(root) and info.get("type") == "file" and not is_folder_marker(name, info))
 
 
 def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[str]:
     """Delete the debris of ended writers in ``directory`` (only of the target ``only`` if given).
 
-    For each writer marker whose writer has ended (R-PUB-24): if its target has no manifest and
-    holds only data objects (``components/...``), those objects, then the marker; if the target
-    was committed (killed after the manifest), the marker alone. A marker of a writer that still
+    For each writer marker whose writer has ended (R-PUB-24): if its target has no manifest, the
+    objects below it that the marker's plan names (what that writer could have written; any other
+    object stays, and keeps the prefix non-empty), then the marker; if the target was committed
+    (killed after the manifest), the marker alone. A marker of a writer that still
     runs (or may: another machine's, younger than an hour) makes a save to its target fail with
     :class:`ConcurrentModification` (``only``), and is otherwise left alone. Returns the markers removed.
     """
@@ -198,10 +232,9 @@ def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[s
                                              "checkpoint has one writer", file=str(target))
             continue
         if not fs.exists(target.key(MANIFEST_NAME)):
-            leftover = _objects_below(target)
-            if any(not rel.startswith(_DATA_FOLDER) for rel in leftover):
-                continue  # something else is there too: not only what a writer writes, so not ours to delete
-            _remove_objects(target, leftover)
+            planned = _planned_objects(marker)  # only what the dead writer could have written; anything else
+            _remove_objects(target, [rel for rel in _objects_below(target) if rel in planned])  # stays
+
         fs.rm_file(marker.path)
         removed.append(name)
     return removed

@@ -6,7 +6,9 @@ object store changes:
 
 * every save writes a new prefix ``{prefix}-{step:012d}``, manifest last; a
   checkpoint is never overwritten in place: saving a step again (after resuming
-  from an older one) first deletes this rotation's own checkpoint of that step;
+  from an older one) first deletes this rotation's own checkpoint of that step
+  only when it fails verification, and refuses (:class:`TargetExists`) when it
+  is valid, so no failed or killed save ever leaves the step without one;
 * "latest" and pruning follow manifests: a prefix without ``manifest.json`` is
   no checkpoint (an unfinished or abandoned save) and is never listed; pruning
   deletes a checkpoint's manifest first, then its data objects;
@@ -28,7 +30,7 @@ from typing import Any, TypeVar
 
 from ..checkpoint import Checkpoint, CheckpointFormat, LoadResult
 from ..container.debris import STALE_AFTER_S, process_running, process_token
-from ..errors import CheckpointError, IncompatibleComponent, NotACheckpoint, UnsupportedLocation
+from ..errors import CheckpointError, IncompatibleComponent, NotACheckpoint, TargetExists, UnsupportedLocation
 from ..location import PathArg, resolve_location
 from ..reader import CheckpointReader
 from ..rotation_policy import (
@@ -43,6 +45,7 @@ from ..rotation_policy import (
 )
 from ..rotation_state import STATE_NAME
 from ..validate import validate
+from .failures import is_storage_error, storage_error
 from .fspath import FsPath
 from .publish import clean_remote_debris, delete_remote_checkpoint
 
@@ -124,22 +127,37 @@ class RemoteRotation:
                                   "rotation": rotation_id, "name": target.name, "writer": process_token()}
             self._make_room(target, step)
             path = checkpoint.save(target, components=components, metadata=meta, format="directory")
-            assert isinstance(path, FsPath)
+        except Exception as exc:  # a storage failure is reported as the library's error, naming the location
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.directory), f"save step {step} of the rotation") from exc
+        assert isinstance(path, FsPath)
+        try:
             self.prune(protect=[path])
-        except OSError as exc:  # a storage failure is reported as the library's error, naming the location
-            raise CheckpointError(f"the rotation could not save step {step}: {exc}",
-                                  file=str(self.directory)) from exc
+        except Exception as exc:  # the checkpoint is published and valid: a failed prune never fails the save
+            if not (is_storage_error(exc) or isinstance(exc, CheckpointError)):
+                raise
+            logger.warning("saved %s, but pruning %s failed (the next save prunes again): %s", path,
+                           self.directory, exc)
         return path
 
     def _make_room(self, target: FsPath, step: int) -> None:
-        """Saving a step again: delete this rotation's own checkpoint of it first (never overwritten in place)."""
+        """Saving a step again: its old checkpoint must go first (never overwritten in place), so only one
+        that fails verification is deleted; a valid one is refused (deleting it first would leave a window, or
+        after a failed save nothing, where the step's valid checkpoint is gone and nothing replaces it)."""
         for entry in self.entries():
-            if entry.path == target and entry.owned:
-                logger.warning("deleting %s before saving step %d again (a checkpoint on an object store is never "
-                               "overwritten in place)%s", target, step,
-                               f"; it failed verification: {self.failed[target]}" if target in self.failed else "")
-                delete_remote_checkpoint(target)
-                self.failed.pop(target, None)
+            if entry.path != target or not entry.owned:
+                continue
+            report = validate(target)
+            if report.ok:
+                raise TargetExists(f"step {step} already has a valid checkpoint here; on an object store a "
+                                   "checkpoint is never overwritten in place, and deleting it before the new one "
+                                   "is published could leave none: save under a new step, or delete it first",
+                                   file=str(target))  # the rotation's policy (spec §12.7, informative)
+            logger.warning("deleting %s before saving step %d again: it fails verification (%s)", target, step,
+                           self.failed.get(target) or report.errors[0])
+            delete_remote_checkpoint(target)
+            self.failed.pop(target, None)
 
     # -- listing ------------------------------------------------------------------------
     def _scan(self) -> tuple[list[RemoteEntry], list[tuple[FsPath, CheckpointError]]]:
@@ -214,8 +232,9 @@ class RemoteRotation:
         removable = [e for e in owned if e.path not in keep]
         if not removable:
             return []
-        for entry in owned:  # never delete the newest valid checkpoint
-            if entry.path in protect or validate(entry.path).ok:
+        for entry in owned:  # never delete the newest valid checkpoint: checksums verified, even of the one
+            # just written (``protect``): objects can change in the store after the upload (R-PUB-19)
+            if validate(entry.path).ok:
                 keep.add(entry.path)
                 break
             logger.warning("%s fails verification: pruning keeps an older valid checkpoint", entry.path)

@@ -24,7 +24,8 @@ from ..container.base import FileRegion, Source, gone_while_reading, size_mismat
 from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
-from .fspath import FsPath
+from .failures import is_storage_error, storage_error
+from .fspath import FsPath, is_folder_marker
 
 #: Reads of a whole-component load smaller than this fetch this much ahead (one request per window,
 #: not one per 1 MiB chunk); lazy reads of single arrays fetch exactly their range.
@@ -52,8 +53,10 @@ class RemoteSource(Source):
             raise NotACheckpoint("no manifest.json: not a checkpoint (on an object store the manifest is written "
                                  "last: an unfinished or abandoned save)", file=str(self.location),
                                  rule="R-CON-1") from None
-        except OSError as exc:
-            raise NotACheckpoint(f"cannot read manifest.json: {exc}", file=str(self.location), rule="R-CON-1") from None
+        except Exception as exc:  # unreachable, no credentials, access denied: the storage's failure, named
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location), "read manifest.json") from exc
         if info.get("type") != "file":
             raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.location),
                                  rule="R-CON-1")
@@ -72,14 +75,16 @@ class RemoteSource(Source):
         self.location.fs.invalidate_cache(self.location.path)  # a listing cached before the manifest was read
         try:
             listing: dict[str, Any] = self.location.fs.find(self.location.path, detail=True)
-        except OSError as exc:
-            return {}, [MissingFile(f"cannot list the prefix: {exc}", file=".", rule="R-CON-3")], []
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location), "list the checkpoint's objects") from exc
         found: dict[str, int] = {}
         errors: list[CheckpointError] = []
         for name in sorted(listing):
             info = listing[name]
-            if info.get("type") != "file" or not name.startswith(root):
-                continue  # pseudo-directories of the filesystem; nothing outside the prefix is listed
+            if info.get("type") != "file" or not name.startswith(root) or is_folder_marker(name, info):
+                continue  # pseudo-directories (also folder-marker objects); nothing outside the prefix is listed
             found[name[len(root):]] = int(info.get("size") or 0)
             if len(found) > ARCHIVE_MAX_MEMBERS:
                 errors.append(ExtraFile("more objects than a manifest can list", file=name[len(root):],
@@ -99,8 +104,10 @@ class RemoteSource(Source):
                 raise gone_while_reading(rel, "another process deleted the checkpoint (a rotation pruning it?) "
                                               "while it was being read") from None
             raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
-        except OSError as exc:
-            raise MissingFile(f"cannot read: {exc}", file=rel, rule="R-CON-3") from None
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location / rel), f"read {rel}") from exc
 
     def read_file(self, rel: str, size: int) -> bytes:
         data = self._fetch(rel, None, None)
