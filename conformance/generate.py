@@ -1027,6 +1027,15 @@ def _(b: Builder) -> None:
     b.edit(lambda m: m.update(format_version=2))
 
 
+@case("format-version-1-any-reader", "A checkpoint of format version 1 with a tree and a json component: every "
+      "reader reads it, whatever the newest format version it supports; a reader of a newer version checks it "
+      "against version 1's rules and migrates it (1 -> 2 changes no payload), so its rendering is this one.",
+      ["R-VER-4", "R-VER-5"])
+def _(b: Builder) -> None:
+    b.write({"model": tree({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": 3}),
+             "config": jsonc({"lr": 0.5})})
+
+
 @case("reject-format-version-future", "format_version 7: the error message states the version found (7) and the "
       "highest version the reader supports (1).", ["R-VER-3", "R-VER-15"], error="UnsupportedVersion",
       message=["7", "1"])

@@ -1,10 +1,12 @@
-"""A URL-like path is refused by every entry point with UnsupportedLocation (spec R-PUB-20), and nothing is
-written where pathlib would have put it (``s3://bucket/ckpt`` -> a local ``s3:/bucket/ckpt``)."""
+"""A URL that no installed fsspec serves is refused by every entry point with UnsupportedLocation (spec R-PUB-20)
+naming the extra to install, and nothing is written where pathlib would have put it (``s3://bucket/ckpt`` -> a
+local ``s3:/bucket/ckpt``). With the extra, URLs are remote locations: tests/remote."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,13 @@ from opencheckpoint.inspect import describe
 from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
 
 URLS = ["s3://bucket/ckpt", "gs://bucket/run/checkpoint-000000000010", "file:///tmp/ckpt", "hf+https://x/y"]
+
+
+@pytest.fixture
+def no_fsspec(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """fsspec as if not installed: importing it raises ImportError (None in sys.modules)."""
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    yield
 
 ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
     "save": lambda url: Checkpoint(w=np.zeros(2)).save(url),
@@ -33,18 +42,32 @@ ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
 
 @pytest.mark.parametrize("url", URLS)
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_url_is_refused_and_nothing_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, url: str
+def test_url_without_fsspec_is_refused_naming_the_extra_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_fsspec: None, entry: str, url: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UnsupportedLocation) as caught:
         ENTRY_POINTS[entry](url)
-    assert caught.value.file == url and "not supported" in str(caught.value) and "local path" in str(caught.value)
+    assert caught.value.file == url and "opencheckpoint[remote]" in str(caught.value)
+    assert caught.value.rule == "R-PUB-20"
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("url", ["hf+https://x/y", "nosuchprotocol://bucket/ckpt"])
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_url_of_a_protocol_no_fsspec_implementation_serves_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, url: str
+) -> None:
+    pytest.importorskip("fsspec")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnsupportedLocation) as caught:
+        ENTRY_POINTS[entry](url)
+    assert caught.value.file == url and "no fsspec filesystem" in caught.value.message
     assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("url", URLS)
-def test_validate_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+def test_validate_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_fsspec: None, url: str) -> None:
     monkeypatch.chdir(tmp_path)
     report = validate(url)
     assert not report.ok and report.errors[0].error == "UnsupportedLocation"
@@ -52,7 +75,7 @@ def test_validate_reports_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ur
 
 @pytest.mark.parametrize("command", ["validate", "inspect"])
 def test_cli_exits_1_with_a_clear_message(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_fsspec: None, command: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main([command, "s3://bucket/ckpt"]) == 1
@@ -62,7 +85,7 @@ def test_cli_exits_1_with_a_clear_message(
 
 @pytest.mark.parametrize("path", ["s3:bucket", "C:/data/ckpt", "runs/s3:/x", "my-dir"])
 def test_only_a_scheme_followed_by_two_slashes_is_a_url(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_fsspec: None, path: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     Checkpoint(w=[1]).save(path)  # a colon alone does not make a URL

@@ -336,7 +336,7 @@ class LazyArray:
 
     __slots__ = ("ref", "_map", "_file", "_verified")
 
-    def __init__(self, ref: ArrayRef, data_map: memoryview, file: str) -> None:
+    def __init__(self, ref: ArrayRef, data_map: memoryview | FileRegion, file: str) -> None:
         self.ref = ref
         self._map = data_map
         self._file = file
@@ -361,11 +361,22 @@ class LazyArray:
         Verification is per call (R-CHK-11): an unverified read is never kept,
         so a later verified call checks the bytes itself. The kept copy holds
         the bytes that were checked, whatever happens to the file afterwards.
+        From a remote checkpoint (a region, not a map) only the array's own byte range is fetched.
         """
+        if self._verified is not None:
+            return self._verified
+        if isinstance(self._map, FileRegion):
+            if not self.ref.nbytes:
+                return _empty(self.ref, self._file)
+            array = np.empty(self.ref.shape, numpy_dtype(self.ref.dtype))
+            read_verified_into(self._map, self.ref, array, self._file, verify=verify)
+            array.flags.writeable = False
+            if verify:
+                self._verified = array
+            return array
         if not verify:
-            return self._verified if self._verified is not None else array_view(self._map, self.ref)
-        if self._verified is None:
-            self._verified = verified_copy(array_view(self._map, self.ref), self.ref, self._file)
+            return array_view(self._map, self.ref)
+        self._verified = verified_copy(array_view(self._map, self.ref), self.ref, self._file)
         return self._verified
 
     def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:

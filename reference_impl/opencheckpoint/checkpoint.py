@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import functools
 import logging
@@ -23,7 +24,7 @@ import os
 import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import loading
 from .adapters.base import Adapter, ComponentWriter, resolve_adapter
@@ -32,9 +33,9 @@ from .casting import CastPolicy
 from .collectives import DEFAULT_TIMEOUT, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, ConcurrentModification, UnsupportedValue
+from .errors import CheckpointError, ConcurrentModification, UnsupportedLocation, UnsupportedValue
 from .loading import LoadResult
-from .location import local_path
+from .location import PathArg, resolve_location
 from .manifest_builder import manifest_body
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
@@ -42,6 +43,7 @@ from .probe import is_checkpoint, manifest
 from .producer import checked_metadata, default_producer, runtime_environment, utc_timestamp
 from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
+from .remote.fspath import FsPath
 from .restore_plan import Rename, RestorePlan
 from .sharding.collective_save import save_collective
 from .sharding.sink import LocalSink
@@ -200,9 +202,25 @@ class Checkpoint:
         return [n for n in self._components if n in set(names)]
 
     # -- saving ----------------------------------------------------------------------
+    @overload
+    def save(self, path: os.PathLike[str], *, components: Collection[str] | None = None,
+             metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+             checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+             producer: Mapping[str, Any] | None = None,
+             component_options: Mapping[str, CheckpointOptions] | None = None, process_group: Any = None,
+             timeout: float = DEFAULT_TIMEOUT, progress: ProgressArg = None) -> Path: ...
+
+    @overload
+    def save(self, path: str | FsPath, *, components: Collection[str] | None = None,
+             metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+             checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+             producer: Mapping[str, Any] | None = None,
+             component_options: Mapping[str, CheckpointOptions] | None = None, process_group: Any = None,
+             timeout: float = DEFAULT_TIMEOUT, progress: ProgressArg = None) -> Path | FsPath: ...
+
     def save(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         components: Collection[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -215,7 +233,7 @@ class Checkpoint:
         process_group: Any = None,
         timeout: float = DEFAULT_TIMEOUT,
         progress: ProgressArg = None,
-    ) -> Path:
+    ) -> Path | FsPath:
         """Write the selected components atomically to ``path`` and return it.
 
         ``component_options``: name -> :class:`~opencheckpoint.CheckpointOptions`
@@ -232,8 +250,15 @@ class Checkpoint:
         OpenCheckpoint checkpoint, and the latter only with ``overwrite=True``
         (the default). Anything else at ``path`` (a folder of yours, a file,
         a symbolic link) raises :class:`TargetExists` before anything on disk
-        changes; no option deletes it. A URL (``s3://...``) raises
-        :class:`UnsupportedLocation`.
+        changes; no option deletes it.
+
+        ``path`` may also be a URL (``s3://bucket/run/ckpt``, ``memory://x``) or an
+        :class:`~opencheckpoint.remote.fspath.FsPath` (an fsspec filesystem and a path on it;
+        needs ``opencheckpoint[remote]``): the checkpoint is then written in directory form as
+        objects, ``manifest.json`` last (the commit point, spec §12.7), and the path returned is
+        that ``FsPath``. A checkpoint on an object store is never overwritten in place: a save to a
+        prefix that holds one raises :class:`TargetExists`, whatever ``overwrite`` says. A URL
+        that no installed fsspec implementation serves raises :class:`UnsupportedLocation`.
 
         In a ``torch.distributed`` job every rank calls ``save`` (docs page
         "Scaling out"; ``process_group``: default the world group, or any
@@ -242,9 +267,14 @@ class Checkpoint:
         ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`.progress`).
         An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
-        target = local_path(path).absolute()
-        wait_for_target(target)
+        location = resolve_location(path)
         output = self._output(format)
+        if isinstance(location, FsPath):
+            return self._save_remote(location, output, components=components, metadata=metadata,
+                                     checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
+                                     component_options=component_options, progress=progress)
+        target = location.absolute()
+        wait_for_target(target)
         names = self._selection(self.save_components if components is None else components)
         options = self._save_options(names, component_options)
         adapters = {name: self._adapter(name, options[name]) for name in names}  # usage errors before any write
@@ -339,6 +369,21 @@ class Checkpoint:
         overrides = check_option_names(component_options, names, "save")
         return {name: self._merged(name, overrides) for name in names}
 
+    def _save_remote(self, target: FsPath, output: CheckpointFormat, **options: Any) -> FsPath:
+        """Save to an fsspec location: written locally with :meth:`save` (no fsync: it is a scratch copy),
+        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`)."""
+        if output != "directory":
+            raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
+                                      "checkpoint is stored in directory form (format='directory')",
+                                      file=str(target))
+        from .remote.failures import storage_errors  # the remote writer loads only when a remote path is used
+        from .remote.publish import publish_remote
+
+        scratch = copy.copy(self)
+        scratch.durable = False
+        with storage_errors(target, "save a checkpoint here"):
+            return publish_remote(lambda local: scratch.save(local, format="directory", **options), target)
+
     def _save_component(self, name: str, root: Path, archive: ArchiveWriter | None, adapter: Adapter,
                         options: CheckpointOptions) -> dict[str, Any]:
         value, _ = self._components[name]
@@ -358,7 +403,7 @@ class Checkpoint:
     # -- loading -------------------------------------------------------------------------
     def load(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         components: Collection[str] | None = None,
         strict: Strictness | None = None,

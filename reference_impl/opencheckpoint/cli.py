@@ -23,6 +23,10 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 
 _EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error"
+#: What a PATH argument may be besides a local path (docs/object-stores.md).
+_PATH_HELP = ("checkpoint directory or archive, or a URL: s3://bucket/run/ckpt, gs://..., memory://... (needs "
+              "opencheckpoint[remote]; credentials and endpoint from the fsspec backend's configuration, e.g. "
+              "AWS_* variables or FSSPEC_S3_ENDPOINT_URL)")
 
 
 def _human(size: int) -> str:
@@ -154,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check every byte and rule of a checkpoint",
                                    description="Check every rule of the spec against every byte; list each "
                                    "error with file, field and spec requirement.", epilog=_EPILOG)
-    validate.add_argument("path", help="checkpoint directory or archive")
+    validate.add_argument("path", help=_PATH_HELP)
     validate.add_argument("--json", action="store_true", help="print the report as JSON")
     validate.set_defaults(run=cmd_validate)
 
@@ -163,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Describe a checkpoint and check its structure (every rule "
                                   "that needs no array byte); no array byte is read. Exits 1 if a check "
                                   "fails.", epilog=_EPILOG)
-    inspect.add_argument("path", help="checkpoint directory or archive")
+    inspect.add_argument("path", help=_PATH_HELP)
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
     inspect.add_argument("--max-arrays", type=int, default=50, help="arrays listed per component (default 50)")
     inspect.set_defaults(run=cmd_inspect)

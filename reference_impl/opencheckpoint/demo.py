@@ -137,6 +137,7 @@ def main() -> int:
             failures.append("reference run failed")
 
         resumed_final, reference_final = resolve_checkpoint_path(interrupted), resolve_checkpoint_path(reference)
+        assert isinstance(resumed_final, Path) and isinstance(reference_final, Path)  # local run directories
         _step(f"4. compare {resumed_final.name} of both runs")
         failures += compare_runs(resumed_final, reference_final)
 

@@ -19,16 +19,16 @@ manifest and the ``tree.msgpack`` / ``value.json`` files.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .errors import CheckpointError
+from .location import PathArg
 from .opening import check_inventory
 from .steps import CheckpointSteps
 from .validate import ValidationReport, check_structure
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: PathArg) -> dict[str, Any]:
     """A JSON-ready summary: manifest fields, per component its kind, files, arrays and sizes, and
     ``ok`` / ``errors``: every structural error found (steps 10-15 of §15).
 

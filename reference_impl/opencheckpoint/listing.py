@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import CheckpointError, NotACheckpoint
+from .location import local_path
 from .reader import CheckpointReader
-from .rotation import ARCHIVE_SUFFIX, _metric
+from .rotation_policy import ARCHIVE_SUFFIX
+from .rotation_policy import metric as _metric
 
 
 @dataclass
@@ -79,7 +81,7 @@ def list_run(
 ) -> RunListing:
     """List a run directory. ``verify`` checks every byte (:func:`~opencheckpoint.validate`), else the
     manifest, inventory and sizes. Raises :class:`NotACheckpoint` if ``directory`` is not a directory."""
-    root = Path(directory)
+    root = local_path(directory)  # `ls` lists local run directories only (a URL: UnsupportedLocation)
     if not root.is_dir():
         raise NotACheckpoint("not a run directory", file=str(root))
     pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")

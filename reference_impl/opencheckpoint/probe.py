@@ -15,22 +15,24 @@ rest (every checksum).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .errors import CheckpointError, UnsupportedLocation
+from .location import PathArg
 from .steps import CheckpointSteps
 
 
-def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+def is_checkpoint(path: PathArg) -> bool:
     """Whether ``path`` holds an OpenCheckpoint checkpoint (directory or archive) that a reader can open.
 
     Never raises because ``path`` is not one: a missing path, a folder or
     file of anything else, a directory without a manifest (a save in
     progress, debris of a killed one), a manifest that fails its checksum or
-    a rule, a listed file missing: all ``False``. Only a location this
-    implementation cannot read at all (a URL, :class:`UnsupportedLocation`)
-    raises, because the answer there is unknown, not "no".
+    a rule, a listed file missing: all ``False``. A URL or
+    :class:`~opencheckpoint.remote.fspath.FsPath` is looked at on its
+    filesystem (spec §12.7). Only a location this implementation cannot read
+    at all (a URL no installed fsspec implementation serves,
+    :class:`UnsupportedLocation`) raises, because the answer there is unknown, not "no".
 
     Examples:
         >>> import tempfile
@@ -47,7 +49,7 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     return True
 
 
-def manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+def manifest(path: PathArg) -> dict[str, Any]:
     """The checkpoint's manifest as plain JSON values, parsed and validated, without reading any payload.
 
     The manifest of an older format version comes back migrated to the

@@ -23,7 +23,6 @@ array([0., 1., 2., 3.])
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from .convert import materialize_read, materialize_views, numpy_framework, resol
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
 from .kind_migrations import has_migrations, migrate_files, newest_version
+from .location import PathArg
 from .manifest import KIND_VERSIONS
 from .progress import ProgressArg, files_bytes, reporting
 from .sharding.reading import LazyShardedArray, assemble
@@ -55,7 +55,8 @@ class CheckpointReader(CheckpointSteps):
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (sharded arrays: :class:`LazyShardedArray`),
         nothing read yet. Both support ``handle[key]`` and ``read_region(start, size)``."""
-        decoded, data_map, data_file = self.decoded_tree(name)
+        decoded, data_file, size = self.decoded_layout(name)
+        data_map = self.source.lazy_data(data_file, size)  # remote: byte-range reads, nothing fetched yet
         cache: dict[ArrayRef, LazyArray] = {}
         files = self.component_files(name) if decoded.sharded else None
 
@@ -216,13 +217,13 @@ class _NoDefault:
 NO_DEFAULT: Any = _NoDefault()
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointReader:
+def open_checkpoint(path: PathArg) -> CheckpointReader:
     """Open a checkpoint lazily: the manifest is verified now, arrays are read when asked for."""
     return CheckpointReader(path)
 
 
 def read_component(
-    path: str | os.PathLike[str],
+    path: PathArg,
     name: str,
     *,
     framework: str = "numpy",

@@ -10,14 +10,12 @@ falls back past a newest checkpoint that fails verification. Split from
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from .async_save import SaveHandle, save_in_background
 from .checkpoint import Checkpoint, CheckpointFormat, LoadResult
@@ -32,23 +30,25 @@ from .container.debris import (
 from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
 from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
-from .location import local_path
+from .location import PathArg, resolve_location
 from .progress import ProgressArg
 from .reader import CheckpointReader
+from .rotation_policy import (
+    ARCHIVE_SUFFIX,
+    ROTATION_KEY,
+    STEP_DIGITS,
+    check_policy,
+    metric,
+    name_pattern,
+    owned_sequence,
+    save_metadata,
+)
 from .rotation_state import ensure_identity, locked, read_state, record_failures
 from .validate import validate
 
 logger = logging.getLogger("opencheckpoint.run")
 
-#: Suffix of archive checkpoints in a rotation directory.
-ARCHIVE_SUFFIX = ".ocp"
-#: Manifest metadata member in which a rotation records that it wrote a checkpoint:
-#: ``{"prefix": str, "step": int, "sequence": int, "rotation": str, "name": str, "writer": str}``: the
-#: sequence numbers its saves in write order, ``rotation`` is the directory's rotation id
-#: (:mod:`~opencheckpoint.rotation_state`), ``name`` the checkpoint's own name in it, and ``writer``
-#: the process that wrote it (``PID-MACHINE-START``, see :func:`~.container.debris.process_token`).
-ROTATION_KEY = "opencheckpoint.rotation"
-_STEP_DIGITS = 12
+_STEP_DIGITS = STEP_DIGITS
 _T = TypeVar("_T")
 
 
@@ -112,28 +112,33 @@ class Rotation:
     (['checkpoint-000000000002', 'checkpoint-000000000003'], 'checkpoint-000000000002')
     """
 
+    def __new__(cls, directory: PathArg | None = None, *args: Any, **kwargs: Any) -> Rotation:
+        """A :class:`~.remote.rotation.RemoteRotation` (the same methods) for a URL or an ``FsPath``.
+
+        (``directory`` is None only when :mod:`copy` or :mod:`pickle` make an instance.)
+        """
+        if cls is Rotation and directory is not None and not isinstance(resolve_location(directory), Path):
+            from .remote.rotation import RemoteRotation
+
+            return cast(Rotation, RemoteRotation(directory, *args, **kwargs))
+        return super().__new__(cls)
+
     def __init__(
         self,
-        directory: str | os.PathLike[str],
+        directory: PathArg,
         keep_last: int = 3,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
         prefix: str = "checkpoint",
     ) -> None:
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
-        if keep_best is not None:
-            if isinstance(keep_best, str) or len(keep_best) != 2:
-                raise ValueError("keep_best must be a (metadata_key, 'min' | 'max') pair")
-            key, mode = keep_best
-            if not isinstance(key, str) or not key or mode not in ("min", "max"):
-                raise ValueError(f"keep_best must be (non-empty str, 'min' | 'max'), got {keep_best!r}")
-        if not prefix or "/" in prefix or "\\" in prefix or prefix.startswith("."):
-            raise ValueError(f"prefix must be a plain, non-hidden file name prefix, got {prefix!r}")
-        self.directory = local_path(directory)
+        check_policy(keep_last, keep_best, prefix)
+        location = resolve_location(directory)
+        if not isinstance(location, Path):  # a subclass given a remote location: Rotation's methods are local
+            raise TypeError(f"{type(self).__name__} keeps checkpoints in a local directory, not at {location}")
+        self.directory = location
         self.keep_last = keep_last
         self.keep_best = keep_best
         self.prefix = prefix
-        self._pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+        self._pattern = name_pattern(prefix)
         #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
         self.failed: dict[Path, str] = {}
         self._issued = 0  # the last write sequence number this object handed out
@@ -153,7 +158,7 @@ class Rotation:
         components: Collection[str] | None = None,
     ) -> Path:
         """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
-        meta = self._checked(step, metadata)
+        meta = save_metadata(step, metadata, self.keep_best)
         output = format or checkpoint.format
 
         def write(target: Path) -> Path:
@@ -167,7 +172,7 @@ class Rotation:
                    progress: ProgressArg = None) -> SaveHandle:
         """:meth:`save` in the background (:meth:`Checkpoint.save_async`); pruning follows publication, and the
         handle's ``result()`` is the checkpoint's path once published and pruned."""
-        meta = self._checked(step, metadata)
+        meta = save_metadata(step, metadata, self.keep_best)
         output = format or checkpoint.format
 
         def start(target: Path) -> SaveHandle:
@@ -178,16 +183,6 @@ class Rotation:
                                       progress=progress, around=publish)
 
         return self._guarded(step, lambda: self._begin(step, meta, output, start))
-
-    def _checked(self, step: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be a non-negative int, got {step!r}")
-        meta = dict(metadata or {})
-        if self.keep_best is not None:
-            key = self.keep_best[0]
-            if key not in meta or _metric(meta[key]) is None:
-                raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
-        return meta
 
     def _guarded(self, step: int, work: Callable[[], _T]) -> _T:
         try:
@@ -237,12 +232,7 @@ class Rotation:
         checkpoint's own name and step: a copy under another name, or a
         checkpoint moved in from another run's directory, is not ours.
         """
-        mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
-        if (rotation_id is None or not isinstance(mark, dict) or mark.get("rotation") != rotation_id
-                or mark.get("prefix") != self.prefix or mark.get("step") != step or mark.get("name") != path.name):
-            return None
-        sequence = mark.get("sequence")
-        return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
+        return owned_sequence(metadata, path.name, self.prefix, step, rotation_id)
 
     def _owns(self, path: Path, step: int) -> bool:
         try:
@@ -292,11 +282,11 @@ class Rotation:
                 continue
             step = int(match.group(1))
             metadata = manifest.get("metadata") or {}
-            metric = _metric(metadata.get(self.keep_best[0])) if self.keep_best else None
+            score = metric(metadata.get(self.keep_best[0])) if self.keep_best else None
             sequence = self._owned_by_us(metadata, path, step, rotation_id)
             mark = metadata.get(ROTATION_KEY) if isinstance(metadata, dict) else None
             writer = mark.get("writer") if sequence is not None and isinstance(mark, dict) else None
-            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), metric,
+            found.append(RotationEntry(path, step, str(manifest.get("created_at", "")), score,
                                        owned=sequence is not None, sequence=sequence or 0,
                                        writer=writer if isinstance(writer, str) else None))
         found.sort(key=lambda e: (e.step, e.created_at, e.path.name))
@@ -453,13 +443,6 @@ class Rotation:
         if found is None:
             raise NotACheckpoint(f"no {self.prefix}-<step> checkpoint in the directory", file=str(self.directory))
         return found[1]
-
-
-def _metric(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def _newest_of_live_writers(owned: list[RotationEntry]) -> set[Path]:

@@ -35,9 +35,10 @@ from typing import Any, Literal
 from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
 from .errors import CheckpointError, NotACheckpoint
-from .location import local_path
+from .location import Location, PathArg, resolve_location
 from .reader import CheckpointReader
-from .rotation import ARCHIVE_SUFFIX, ROTATION_KEY, Rotation, RotationEntry
+from .rotation import Rotation, RotationEntry
+from .rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY
 from .stop_signal import StopOnSignal
 
 logger = logging.getLogger("opencheckpoint.run")
@@ -48,7 +49,7 @@ CONFIG = "config"
 DEFAULT_PREFIX = "checkpoint"
 
 
-def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpoint") -> Path:
+def resolve_checkpoint_path(path: PathArg, prefix: str = "checkpoint") -> Location:
     """``path`` if it is a checkpoint, else the latest checkpoint of the run directory ``path``.
 
     Raises :class:`NotACheckpoint` when it is neither.
@@ -60,7 +61,7 @@ def resolve_checkpoint_path(path: str | os.PathLike[str], prefix: str = "checkpo
     >>> resolve_checkpoint_path(run_dir) == saved == resolve_checkpoint_path(saved)
     True
     """
-    candidate = local_path(path)
+    candidate = resolve_location(path)
     if _is_checkpoint(candidate):
         return candidate
     if candidate.is_dir():
@@ -116,12 +117,12 @@ class RunCheckpointer:
     def __init__(
         self,
         checkpoint: Checkpoint,
-        directory: str | os.PathLike[str] | None,
+        directory: PathArg | None,
         interval: int,
         keep_last: int = 3,
         exclude: Collection[str] = (),
         optional: Collection[str] = (),
-        resume_path: str | os.PathLike[str] | None = None,
+        resume_path: PathArg | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
         overwrite_config: bool = False,
         async_save: bool = False,
@@ -138,7 +139,7 @@ class RunCheckpointer:
         self.exclude = frozenset(exclude)
         self.optional = frozenset(optional)
         self.overwrite_config = overwrite_config
-        self.resume_path = None if resume_path is None else local_path(resume_path)
+        self.resume_path = None if resume_path is None else resolve_location(resume_path)
         self.last_saved_step: int | None = None
         #: the last step :meth:`save` was called with (saved or not): what :meth:`finish` saves
         self.last_step: int | None = None
@@ -245,7 +246,7 @@ class RunCheckpointer:
             return None
         return found[1]
 
-    def _restore_from(self, path: Path, load_kwargs: Mapping[str, Any]) -> int:
+    def _restore_from(self, path: Location, load_kwargs: Mapping[str, Any]) -> int:
         with CheckpointReader(path) as reader:
             stored = set(reader.components)
             step = reader.manifest.get("metadata", {}).get("step")
@@ -264,14 +265,16 @@ class RunCheckpointer:
         return step
 
 
-def _same_directory(a: Path, b: Path) -> bool:
+def _same_directory(a: Location, b: Location) -> bool:
+    if not isinstance(a, Path) or not isinstance(b, Path):
+        return a == b
     try:
         return os.path.samefile(a, b)
     except OSError:
         return False
 
 
-def _is_checkpoint(path: Path) -> bool:
+def _is_checkpoint(path: Location) -> bool:
     try:
         CheckpointReader(path).close()
     except NotACheckpoint:

@@ -10,11 +10,11 @@ checksum rule R-CHK-7 is written once, in :func:`check_file_crc32c`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Self
 
-from .container.base import FileRegion
+from .container.base import FileRegion, Source
 from .errors import (
     CheckpointError,
     IncompatibleComponent,
@@ -25,7 +25,7 @@ from .errors import (
 )
 from .integrity import crc32c_of, format_crc32c
 from .limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
-from .location import local_path
+from .location import Location, PathArg, resolve_location
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, UNDERSTOOD_EXTENSIONS, field_of
 from .models import ComponentRecord, FileEntry
 from .opening import Understood, open_verified
@@ -62,16 +62,24 @@ class CheckpointSteps:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: PathArg,
         *,
         understood_extensions: Understood = UNDERSTOOD_EXTENSIONS,
         issues: list[CheckpointError] | None = None,
         check_files: bool = True,
     ) -> None:
-        self.path = local_path(path)
+        self.path: Location = resolve_location(path)
         self._understood = understood_extensions
-        self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
-                                                                check_files)
+        self.location: Location
+        self.source: Source
+        if isinstance(self.path, Path):
+            self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
+                                                                    check_files)
+        else:  # a location on an fsspec filesystem (spec §12.7)
+            from .remote.opening import open_remote
+
+            self.location, self.source, self.parsed = open_remote(self.path, understood_extensions, issues,
+                                                                  check_files)
 
     # -- metadata -------------------------------------------------------------
     @property

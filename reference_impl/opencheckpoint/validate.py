@@ -26,7 +26,6 @@ Examples:
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 from .arrays import array_view, verify_view
 from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, format_error
 from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
+from .location import PathArg
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE
@@ -99,7 +99,7 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
         yield view[start : start + CHUNK_BYTES]
 
 
-def validate(path: str | os.PathLike[str], *, progress: ProgressArg = None) -> ValidationReport:
+def validate(path: PathArg, *, progress: ProgressArg = None) -> ValidationReport:
     """Validate a checkpoint completely; never raises a :class:`CheckpointError`.
 
     ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``, the total
@@ -113,7 +113,7 @@ def validate(path: str | os.PathLike[str], *, progress: ProgressArg = None) -> V
     return report
 
 
-def _validate_once(path: str | os.PathLike[str], progress: Any) -> ValidationReport:
+def _validate_once(path: PathArg, progress: Any) -> ValidationReport:
     report = ValidationReport(str(path))
     issues: list[CheckpointError] = []
     skipped: set[str] = set()

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, IntegrityError, MissingFile, NotACheckpoint
+from ..errors import CheckpointError, ConcurrentModification, IntegrityError, MissingFile, NotACheckpoint
+from ..location import Location
 
 STAGING_MARK = ".oc-staging-"
 OLD_MARK = ".oc-old-"
@@ -31,7 +32,7 @@ class Source(abc.ABC):
     #: "directory" or "archive"
     form: str
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         self.path = path
 
     @abc.abstractmethod
@@ -58,6 +59,10 @@ class Source(abc.ABC):
         Array reads use this rather than :meth:`map_file`, so no page of the
         file stays resident in the process. The caller closes the region.
         """
+
+    def lazy_data(self, rel: str, size: int) -> memoryview | FileRegion:
+        """What lazy arrays read from: a map (local forms), or a region read by byte range (remote)."""
+        return self.map_file(rel, size)
 
     def zip_crc32(self, rel: str) -> int | None:
         """The ZIP CRC-32 the container records for a file (R-ZIP-22), or None when it records none."""
@@ -127,6 +132,12 @@ class FileRegion:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def gone_while_reading(rel: str, how: str) -> ConcurrentModification:
+    """R-RDR-14: a file present when the checkpoint was opened is gone: another process replaced or deleted it."""
+    return ConcurrentModification(f"the file was present when the checkpoint was opened and is gone now: {how}",
+                                  file=rel, rule="R-RDR-14")
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from ..errors import (
     CheckpointError,
-    ConcurrentModification,
     ExtraFile,
     LimitExceeded,
     MissingFile,
@@ -34,7 +33,7 @@ from ..errors import (
 )
 from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
-from .base import FileRegion, Source, size_mismatch
+from .base import FileRegion, Source, gone_while_reading, size_mismatch
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -107,10 +106,8 @@ class DirectorySource(Source):
             return self._open_path(rel)
         except MissingFile as exc:
             if rel in self._listed:
-                raise ConcurrentModification(
-                    "the file was present when the checkpoint was opened and is gone now: another process "
-                    "replaced or deleted the checkpoint while it was being read; open it again",
-                    file=rel, rule="R-RDR-14") from exc
+                raise gone_while_reading(rel, "another process replaced or deleted the checkpoint while it was "
+                                              "being read; open it again") from exc
             raise
 
     def _open_path(self, rel: str, *, pinning: bool = False) -> int:

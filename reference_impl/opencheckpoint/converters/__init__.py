@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 from ..checkpoint import Checkpoint, CheckpointFormat
 from ..errors import CheckpointError
+from ..location import local_path
 from ..progress import ProgressArg
 from ._common import ConversionError, Foreign
 from .exporting import ExportResult, export
@@ -129,4 +130,4 @@ def convert(
     checkpoint = Checkpoint(format=format)
     for name, value in foreign.components.items():
         checkpoint.register(name, value, adapter=foreign.adapters.get(name))
-    return checkpoint.save(dst, metadata={**foreign.metadata, **(metadata or {})}, progress=progress)
+    return checkpoint.save(local_path(dst), metadata={**foreign.metadata, **(metadata or {})}, progress=progress)

@@ -1,0 +1,255 @@
+"""Publishing a checkpoint on an object store, where nothing can be renamed (spec §12.7).
+
+The manifest is the commit point: a prefix holds a checkpoint from the moment
+its ``manifest.json`` exists, and readers already treat a prefix without one as
+"not a checkpoint" (R-CON-1). So a save
+
+1. refuses a target that is inside a checkpoint, holds a checkpoint (never
+   overwritten in place: a rotation writes new prefixes), or holds any object
+   (R-PUB-21), after removing the debris of ended writers of that target;
+2. writes the checkpoint into a local temporary directory with the ordinary
+   writer (trees, JSON, adapters' files, every checksum);
+3. writes a *writer marker*, the sibling object ``.NAME.oc-staging-<writer token>``
+   (the staging naming of §12.1) holding the upload plan (every object name it
+   will write), before any object below the target, so the debris of a killed
+   save is recognisably ours, by name; then uploads every data object, and
+   ``manifest.json`` strictly last (R-PUB-22);
+4. deletes the marker. A failed save deletes what it uploaded, then its marker.
+
+A writer killed in step 3 leaves data objects without a manifest (not a
+checkpoint) and its marker; the next save to that target, or a rotation's
+pruning, deletes the planned objects and the marker once the writer has ended,
+and nothing else (R-PUB-24).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
+from ..container.publish import fault_point
+from ..errors import ConcurrentModification, TargetExists, UnsupportedLocation
+from ..manifest import MANIFEST_NAME
+from .fspath import FsPath, is_folder_marker
+
+#: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer
+#: marker, with the token of :func:`~.debris.writer_token`.
+_MARKER = re.compile(r"\.(?P<name>.+)\.oc-(?:staging|delete)-(?P<process>\d+-[0-9a-f]{16})[0-9a-f]{12}")
+#: Markers this process is working under now (its own ended saves' markers are debris, these are not).
+_ACTIVE: set[str] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _marker(target: FsPath, kind: str, content: bytes) -> Iterator[FsPath]:
+    """Write the writer marker ``.NAME.oc-<kind>-<writer token>`` beside ``target``; removed on success."""
+    marker = target.parent / f".{target.name}.oc-{kind}-{writer_token()}"
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(marker.path)
+    try:
+        fault_point(f"write-marker:{kind}")
+        target.fs.pipe_file(marker.path, content)
+        yield marker
+        with contextlib.suppress(OSError):  # the work is done; a marker left over is cleaned later
+            target.fs.rm_file(marker.path)
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(marker.path)
+
+
+def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsPath:
+    """Write a checkpoint with ``write_local(local_path)`` and publish it at ``target``, manifest last.
+
+    The writer marker records the upload plan (every object name the save will write), so that what a killed
+    save leaves is deleted by name and nothing else below the prefix ever is (R-PUB-24).
+    """
+    check_remote_target(target)
+    with tempfile.TemporaryDirectory(prefix="opencheckpoint-upload-") as scratch:
+        staged = Path(scratch) / "checkpoint"
+        write_local(staged)
+        objects = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
+        plan = {"target": target.name, "started": time.time(), "objects": objects}
+        with _marker(target, "staging", json.dumps(plan).encode()) as marker:
+            _upload(staged, objects, target, marker)
+    return target
+
+
+def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) -> None:
+    """Upload the data objects, then ``manifest.json``; on failure delete what was uploaded."""
+    fs = target.fs
+    uploaded: list[str] = []
+    try:
+        for rel in objects:
+            if rel == MANIFEST_NAME:
+                continue
+            fault_point(f"upload:{rel}")
+            uploaded.append(rel)
+            fs.put_file(str(staged / rel), target.key(rel))
+        fs.invalidate_cache(target.path)
+        if fs.exists(target.key(MANIFEST_NAME)):
+            raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
+                                         "was uploading; this save published nothing", file=str(target))
+        fault_point("upload:manifest.json")
+        fs.pipe_file(target.key(MANIFEST_NAME), (staged / MANIFEST_NAME).read_bytes())
+    except BaseException:
+        try:
+            for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(target.key(rel))
+            fs.rm_file(marker.path)
+        except OSError:  # what is left stays marked: debris, removed by a later save or prune
+            pass
+        raise
+
+
+def delete_remote_checkpoint(target: FsPath) -> None:
+    """Delete a checkpoint (the caller checked it is one it may delete): ``manifest.json`` first (R-PUB-23).
+
+    From the first step the prefix is no checkpoint any more, so a reader never takes a half-deleted
+    one for valid; a ``.NAME.oc-delete-<token>`` marker, written before and removed after, makes what a
+    killed deletion leaves recognisable debris (:func:`clean_remote_debris`).
+    """
+    fs = target.fs
+    listed = _listed_objects(target)
+    with _marker(target, "delete", json.dumps({"target": target.name, "objects": listed}).encode()):
+        fault_point("delete-manifest")
+        fs.rm_file(target.key(MANIFEST_NAME))
+        _remove_objects(target, [rel for rel in _objects_below(target) if rel in set(listed)])
+
+
+def _listed_objects(target: FsPath) -> list[str]:
+    """The objects the manifest of the checkpoint at ``target`` lists (its files), and the manifest itself."""
+    try:
+        manifest = json.loads(target.fs.cat_file(target.key(MANIFEST_NAME)))
+        components = manifest["components"]
+        listed = [f"{record['path']}/{rel}" for record in components.values() for rel in record["files"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [MANIFEST_NAME]  # unreadable: nothing but the manifest is known to be the checkpoint's
+    return sorted({MANIFEST_NAME, *(str(rel) for rel in listed)})
+
+
+def _planned_objects(marker: FsPath) -> set[str]:
+    """The object names a writer marker records as its writer's plan (none when it records none)."""
+    try:
+        plan = json.loads(marker.fs.cat_file(marker.path))
+        objects = plan.get("objects") if isinstance(plan, dict) else None
+    except (OSError, ValueError):
+        return set()
+    return {rel for rel in objects if isinstance(rel, str)} if isinstance(objects, list) else set()
+
+
+def check_remote_target(target: FsPath) -> None:
+    """R-PUB-21: ``target`` must be an empty prefix outside any checkpoint (after debris cleanup)."""
+    fs = target.fs
+    if not fs.root_marker and "/" not in target.path.strip("/"):  # an object store's bucket, not a prefix in it
+        raise UnsupportedLocation("a bucket's root: a checkpoint is saved to a prefix in a bucket "
+                                  f"({target}/NAME), never to the bucket itself", file=str(target))
+    ancestor, seen = target.parent, {target.path}
+    while ancestor.path not in seen:
+        if fs.exists(ancestor.key(MANIFEST_NAME)):
+            raise TargetExists(f"inside the checkpoint {ancestor}: a checkpoint is never modified", file=str(target),
+                               rule="R-PUB-21")
+        seen.add(ancestor.path)
+        ancestor = ancestor.parent
+    clean_remote_debris(target.parent, only=target.name)
+    if fs.exists(target.key(MANIFEST_NAME)):
+        raise TargetExists("a checkpoint is there, and on an object store a checkpoint is never overwritten in "
+                           "place (nothing can be renamed, so a replacement could be seen half-written): save to a "
+                           "new prefix, or delete the old checkpoint first", file=str(target), rule="R-PUB-21")
+    if fs.isfile(target.path):
+        raise TargetExists("an object (a file) is there; nothing is ever deleted that a save did not write",
+                           file=str(target), rule="R-PUB-21")
+    leftover = _objects_below(target)
+    if leftover:
+        raise TargetExists(f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
+                           f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
+                           "delete them or save elsewhere", file=str(target), rule="R-PUB-21")
+
+
+def _remove_objects(prefix: FsPath, rels: list[str]) -> None:
+    """Delete the objects ``rels`` below ``prefix``, then what is left of it (pseudo-directories only)."""
+    for rel in rels:
+        fault_point(f"delete:{rel}")
+        with contextlib.suppress(FileNotFoundError):
+            prefix.fs.rm_file(prefix.key(rel))
+    if "/" not in prefix.path.strip("/"):
+        return  # a top-level path (a bucket) is never removed
+    try:  # filesystems that keep directories (memory): empty ones only, deepest first; never recursive
+        folders = prefix.fs.find(prefix.path, withdirs=True, detail=True)
+    except OSError:
+        return
+    for name in sorted((n for n, info in folders.items() if info.get("type") == "directory"), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            prefix.fs.rmdir(name)
+    with contextlib.suppress(OSError):
+        prefix.fs.rmdir(prefix.path)
+
+
+def _objects_below(prefix: FsPath) -> list[str]:
+    """Relative names of every object below ``prefix``, folder markers left out (a pseudo-directory, §12.7)."""
+    root = prefix.path.rstrip("/") + "/"
+    prefix.fs.invalidate_cache(prefix.path)  # fsspec's listing cache may predate another process's writes
+    try:
+        found = prefix.fs.find(prefix.path, detail=True)
+    except OSError:
+        return []
+    return sorted(str(name)[len(root):] for name, info in found.items()
+                  if str(name).startswith(root) and info.get("type") == "file" and not is_folder_marker(name, info))
+
+
+def clean_remote_debris(directory: FsPath, *, only: str | None = None) -> list[str]:
+    """Delete the debris of ended writers in ``directory`` (only of the target ``only`` if given).
+
+    For each writer marker whose writer has ended (R-PUB-24): if its target has no manifest, the
+    objects below it that the marker's plan names (what that writer could have written; any other
+    object stays, and keeps the prefix non-empty), then the marker; if the target was committed
+    (killed after the manifest), the marker alone. A marker of a writer that still
+    runs (or may: another machine's, younger than an hour) makes a save to its target fail with
+    :class:`ConcurrentModification` (``only``), and is otherwise left alone. Returns the markers removed.
+    """
+    fs = directory.fs
+    fs.invalidate_cache(directory.path)
+    try:
+        names = [str(n).rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(directory.path, detail=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed: list[str] = []
+    for name in sorted(names):
+        match = _MARKER.fullmatch(name)
+        if match is None or (only is not None and match["name"] != only):
+            continue
+        marker, target = directory / name, directory / match["name"]
+        if not _writer_ended(marker, match["process"]):
+            if only is not None:
+                raise ConcurrentModification(f"another writer is saving to this prefix (its marker {name!r}); a "
+                                             "checkpoint has one writer", file=str(target))
+            continue
+        if not fs.exists(target.key(MANIFEST_NAME)):
+            planned = _planned_objects(marker)  # only what the dead writer could have written; anything else
+            _remove_objects(target, [rel for rel in _objects_below(target) if rel in planned])  # stays
+
+        fs.rm_file(marker.path)
+        removed.append(name)
+    return removed
+
+
+def _writer_ended(marker: FsPath, process: str) -> bool:
+    """Whether the writer of ``marker`` has ended: asked of this machine, else the marker is an hour old."""
+    if process == process_token():
+        with _ACTIVE_LOCK:
+            return marker.path not in _ACTIVE  # this process's own: ended unless a save or deletion is under way
+    running = process_running(process)
+    if running is not None:
+        return not running
+    try:
+        modified = marker.fs.modified(marker.path)
+    except (NotImplementedError, OSError):
+        return False  # its age cannot be known: never taken for ended
+    return bool(time.time() - modified.timestamp() >= STALE_AFTER_S)

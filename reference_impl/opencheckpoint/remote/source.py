@@ -1,0 +1,171 @@
+"""The reader's view of a checkpoint on an fsspec filesystem (directory form, spec §3.2 and §12.7).
+
+A checkpoint on an object store is a *prefix*: its files are the objects below
+it, ``manifest.json`` among them. :class:`RemoteSource` lists them (step 10),
+reads whole small files, and hands array reads a :class:`RemoteRegion` that
+fetches byte ranges (``cat_file(path, start, end)``: one ranged GET on S3, no
+block cache), so a lazy read of one array moves that array's bytes only. There
+are no symbolic links or special files on an object store: every object is a
+regular file, and an unlisted one is an :class:`~opencheckpoint.errors.ExtraFile`
+as in the local form.
+
+A file that was listed when the checkpoint was opened and is gone when read
+was deleted by another process (a rotation pruning it): that is reported as
+:class:`~opencheckpoint.errors.ConcurrentModification` (R-RDR-14), never as a
+defect of the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
+from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint
+from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
+from ..manifest import MANIFEST_NAME
+from .failures import is_storage_error, storage_error
+from .fspath import FsPath, is_folder_marker
+
+#: Reads of a whole-component load smaller than this fetch this much ahead (one request per window,
+#: not one per 1 MiB chunk); lazy reads of single arrays fetch exactly their range.
+READ_AHEAD_BYTES = 16 << 20
+
+
+class RemoteSource(Source):
+    """The objects below one prefix of an fsspec filesystem, read as a directory-form checkpoint."""
+
+    form = "directory"
+
+    def __init__(self, location: FsPath) -> None:
+        super().__init__(location)
+        self.location = location
+        #: files the inventory found: one of them missing later means the checkpoint was deleted
+        self._listed: frozenset[str] = frozenset()
+        #: the last whole file read by :meth:`map_file` (validate reads ``data.bin`` twice)
+        self._cached: tuple[str, bytes] | None = None
+
+    def read_manifest(self) -> bytes:
+        key = self.location.key(MANIFEST_NAME)
+        try:
+            info = self.location.fs.info(key)
+        except FileNotFoundError:
+            raise NotACheckpoint("no manifest.json: not a checkpoint (on an object store the manifest is written "
+                                 "last: an unfinished or abandoned save)", file=str(self.location),
+                                 rule="R-CON-1") from None
+        except Exception as exc:  # unreachable, no credentials, access denied: the storage's failure, named
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location), "read manifest.json") from exc
+        if info.get("type") != "file":
+            raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.location),
+                                 rule="R-CON-1")
+        size = int(info.get("size") or 0)
+        if size > MANIFEST_MAX_BYTES:
+            raise LimitExceeded(f"manifest is {size} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
+                                rule="R-LIM-1")
+        data = self._fetch(MANIFEST_NAME, None, None)
+        if len(data) > MANIFEST_MAX_BYTES:  # replaced by a bigger object since the listing
+            raise LimitExceeded(f"manifest is {len(data)} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
+                                rule="R-LIM-1")
+        return data
+
+    def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
+        root = self.location.path.rstrip("/") + "/"
+        self.location.fs.invalidate_cache(self.location.path)  # a listing cached before the manifest was read
+        try:
+            listing: dict[str, Any] = self.location.fs.find(self.location.path, detail=True)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location), "list the checkpoint's objects") from exc
+        found: dict[str, int] = {}
+        errors: list[CheckpointError] = []
+        for name in sorted(listing):
+            info = listing[name]
+            if info.get("type") != "file" or not name.startswith(root) or is_folder_marker(name, info):
+                continue  # pseudo-directories (also folder-marker objects); nothing outside the prefix is listed
+            found[name[len(root):]] = int(info.get("size") or 0)
+            if len(found) > ARCHIVE_MAX_MEMBERS:
+                errors.append(ExtraFile("more objects than a manifest can list", file=name[len(root):],
+                                        rule="R-CON-2"))
+                break
+        return found, errors, []
+
+    def pin(self, rels: Iterable[str]) -> None:
+        """Remember what the inventory listed (an object store has no handle to hold, R-RDR-14)."""
+        self._listed = frozenset(rels)
+
+    def _fetch(self, rel: str, start: int | None, end: int | None) -> bytes:
+        try:
+            return bytes(self.location.fs.cat_file(self.location.key(rel), start=start, end=end))
+        except FileNotFoundError:
+            if rel in self._listed:
+                raise gone_while_reading(rel, "another process deleted the checkpoint (a rotation pruning it?) "
+                                              "while it was being read") from None
+            raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            raise storage_error(exc, str(self.location / rel), f"read {rel}") from exc
+
+    def read_file(self, rel: str, size: int) -> bytes:
+        data = self._fetch(rel, None, None)
+        if len(data) != size:
+            raise size_mismatch(rel, len(data), size)
+        return data
+
+    def map_file(self, rel: str, size: int) -> memoryview:
+        """The whole object, fetched into memory (there is nothing to map): ``validate`` reads every byte."""
+        if self._cached is None or self._cached[0] != rel:
+            self._cached = (rel, self.read_file(rel, size))
+        return memoryview(self._cached[1])
+
+    def open_region(self, rel: str, size: int) -> FileRegion:
+        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES)
+
+    def lazy_data(self, rel: str, size: int) -> FileRegion:
+        return RemoteRegion(self, rel, size, window=0)
+
+    def fetch_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a file: one ranged request."""
+        return self._fetch(rel, start, end)
+
+    def close(self) -> None:
+        self._cached = None
+
+
+class RemoteRegion(FileRegion):
+    """A remote file read by byte range into caller buffers, optionally ``window`` bytes ahead at a time."""
+
+    __slots__ = ("_source", "_window", "_ahead", "_ahead_start")
+
+    def __init__(self, source: RemoteSource, rel: str, size: int, *, window: int) -> None:
+        super().__init__(-1, 0, size, rel, owns_fd=False)
+        self._source = source
+        self._window = window
+        self._ahead = b""
+        self._ahead_start = 0
+
+    def readinto(self, buffer: Any, offset: int) -> None:
+        view = memoryview(buffer).cast("B")
+        want = len(view)
+        if offset < 0 or offset + want > self.size:
+            raise size_mismatch(self.rel, self.size, offset + want)
+        if not want:
+            return
+        ahead_end = self._ahead_start + len(self._ahead)
+        if not (self._ahead_start <= offset and offset + want <= ahead_end):
+            end = min(self.size, offset + max(want, self._window))
+            data = self._source.fetch_range(self.rel, offset, end)
+            if len(data) != end - offset:  # the object shrank after the inventory
+                raise size_mismatch(self.rel, offset + len(data), self.size)
+            if want >= self._window:
+                view[:] = data
+                return
+            self._ahead, self._ahead_start = data, offset
+        start = offset - self._ahead_start
+        view[:] = memoryview(self._ahead)[start : start + want]
+
+    def close(self) -> None:
+        self._ahead = b""
