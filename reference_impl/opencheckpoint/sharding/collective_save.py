@@ -39,6 +39,8 @@ __all__ = ["WriteComponents", "save_collective"]
 
 #: Runs the adapters of every component below a root directory; returns the component records by name.
 WriteComponents = Callable[[Path], dict[str, dict[str, Any]]]
+#: Arguments sent as digests of their JSON (large mappings): a differing one is named, its digest not shown.
+_DIGESTS = frozenset({"metadata", "producer"})
 #: Builds the manifest body from the finished component records.
 BuildBody = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
 
@@ -94,8 +96,11 @@ def _differs(rank: int, target: Path, arguments: dict[str, Any], opened: dict[st
                                 "every rank of a collective save passes the same path", field="path")
     theirs = opened.get("arguments", {})
     names = sorted(name for name in set(arguments) | set(theirs) if arguments.get(name) != theirs.get(name))
+    if "components" in names:
+        names = ["components"]  # the per-component arguments differ too: the component names say it best
     if names:
-        shown = ", ".join(f"{name}={arguments.get(name)!r} (coordinator: {theirs.get(name)!r})" for name in names)
+        shown = ", ".join(f"a {name}= differing from the coordinator's" if name in _DIGESTS else
+                          f"{name}={arguments.get(name)!r} (coordinator: {theirs.get(name)!r})" for name in names)
         return UnsupportedValue(f"rank {rank} passes {shown}: every rank of a collective save passes the same "
                                 "arguments", field=names[0], rule="R-WTR-3")
     return None
