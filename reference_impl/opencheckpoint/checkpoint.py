@@ -261,8 +261,10 @@ class Checkpoint:
 
         In a ``torch.distributed`` job every rank calls ``save`` (docs page
         "Scaling out"; ``process_group``: default the world group, or any
-        :class:`opencheckpoint.sharding.Collective`); if a rank fails, every
-        other raises within ``timeout`` seconds per step and nothing is published.
+        :class:`opencheckpoint.sharding.Collective`); every rank passes the same
+        arguments and saves the same components and tree structure. If a rank
+        fails before it has reported, every other raises within ``timeout``
+        seconds per step and nothing is published.
         """
         target = local_path(path).absolute()
         output = format or self.format

@@ -15,7 +15,9 @@ The writer procedure of format version 2 (spec ``opencheckpoint-v2.md``):
    exactly as a single-process save (:class:`~opencheckpoint.container.staged.StagedCheckpoint`).
 5. The coordinator broadcasts the outcome; every rank raises the error if any.
 
-If any rank fails or dies, nothing is published: the coordinator removes the
+If any rank fails or dies before it has reported (step 3), nothing is published
+(a rank dying after it reported does not stop publication; a coordinator dying
+after its rename has published, though the others raise): the coordinator removes the
 staging directory (if it dies itself, the directory is debris the next save
 removes), the previous checkpoint at the target is untouched, and every surviving
 rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
