@@ -262,8 +262,10 @@ class Checkpoint:
 
         In a ``torch.distributed`` job every rank calls ``save`` (docs page
         "Scaling out"; ``process_group``: default the world group, or any
-        :class:`opencheckpoint.sharding.Collective`); if a rank fails, every
-        other raises within ``timeout`` seconds per step and nothing is published.
+        :class:`opencheckpoint.sharding.Collective`); every rank passes the same
+        arguments and saves the same components and tree structure. If a rank
+        fails before it has reported, every other raises within ``timeout``
+        seconds per step and nothing is published.
         ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`.progress`).
         An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
@@ -294,9 +296,14 @@ class Checkpoint:
             if collective is not None:
                 if output != "directory":
                     raise UnsupportedValue("a collective save writes the directory form only", field="format")
+                arguments = _collective_arguments(
+                    names, [adapters[n].kind for n in names],
+                    [self.sha256 if options[n].sha256 is None else options[n].sha256 for n in names],
+                    metadata=user_metadata, format=output, checkpoint_id=checkpoint_id, created_at=created_at,
+                    overwrite=overwrite, producer=producer, durable=self.durable)
                 save_collective(target, collective,
                                 lambda root: self._save_components(names, adapters, options, root, None), body,
-                                durable=self.durable, overwrite=overwrite)
+                                durable=self.durable, overwrite=overwrite, arguments=arguments)
                 return target
             with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
                 staged.commit(body(self._save_components(names, adapters, options, staged.directory, staged)))
@@ -476,5 +483,26 @@ def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, An
     """The manifest body of a save: format version 2 only when a tree holds a sharded array (R-SHD-13)."""
     sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
     return manifest_body(records, format_version=2 if sharded else 1, **fields)
+
+
+def _collective_arguments(names: list[str], kinds: list[str], sha256: list[bool | None],
+                          **given: Any) -> dict[str, Any]:
+    """The arguments of a save every rank of a collective save must pass alike, as JSON values.
+
+    The metadata and producer mappings are sent as digests (they may be large);
+    each rank compares them with the coordinator's, whose values are stored.
+    """
+    import hashlib
+    import json
+
+    def digest(value: Any) -> str | None:
+        if value is None:
+            return None
+        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return {**given, "components": names, "adapters": kinds, "sha256": sha256,
+            "metadata": digest(given["metadata"]),
+            "producer": None if given["producer"] is None else digest(dict(given["producer"]))}
 
 

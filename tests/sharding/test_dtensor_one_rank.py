@@ -83,3 +83,31 @@ def test_a_partial_dtensor_is_refused(mesh: object, tmp_path: Path) -> None:
     with pytest.raises(UnsupportedValue, match="Partial"):
         Checkpoint(state={"p": pending}).save(tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def test_fsdp_over_tensor_parallel_strided_shards_are_written_by_every_rank_as_contiguous_blocks() -> None:
+    """FSDP2 on a (dp, tp) mesh: (_StridedShard(0, sf=2), Shard(0)) shards over both mesh dims, each rank one block."""
+    from types import SimpleNamespace
+
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from opencheckpoint.adapters.torch_dtensor import _writes_replica, strided_block_is_contiguous
+
+    placements = (_StridedShard(0, split_factor=2), Shard(0))
+    for coordinate in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+        mesh = SimpleNamespace(get_coordinate=lambda c=coordinate: list(c))
+        assert _writes_replica(SimpleNamespace(device_mesh=mesh, placements=placements))  # type: ignore[arg-type]
+        strided_block_is_contiguous((8, 6), (2, 2), coordinate, placements)  # one block: accepted
+    replicated = SimpleNamespace(device_mesh=SimpleNamespace(get_coordinate=lambda: [1, 0]),
+                                 placements=(Replicate(), Shard(0)))
+    assert not _writes_replica(replicated)  # type: ignore[arg-type]
+
+
+def test_strided_shards_that_scatter_a_ranks_rows_are_refused_naming_the_placement() -> None:
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from opencheckpoint.adapters.torch_dtensor import strided_block_is_contiguous
+
+    with pytest.raises(UnsupportedValue, match=r"_StridedShard.*not supported") as caught:
+        strided_block_is_contiguous((8, 6), (2,), (0,), (_StridedShard(0, split_factor=2),))  # rows 0, 1, 4, 5
+    assert "[0, 1, 4, 5]" in str(caught.value)

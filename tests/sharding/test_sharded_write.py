@@ -183,3 +183,62 @@ def test_a_rank_that_leaves_the_group_makes_the_others_raise(tmp_path: Path) -> 
         tmp_path / "c", process_group=Leaves(world, 1) if group.rank == 1 else group))
     assert isinstance(results[0], CollectiveError) and isinstance(results[1], SystemExit)
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("extra_on", [0, 1])
+def test_a_component_only_one_rank_saves_is_refused_on_every_rank(tmp_path: Path, extra_on: int) -> None:
+    def task(group: ThreadRank) -> Path:
+        extra = {"extra": {"e": np.arange(2)}} if group.rank == extra_on else {}
+        return Checkpoint(state=_rank_state(group.rank, 2), **extra).save(tmp_path / "c", process_group=group)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert all("components" in str(r) and "extra" in str(r) for r in results), results
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("extra_on", [0, 1])
+def test_a_plain_array_only_one_rank_has_is_refused_on_every_rank(tmp_path: Path, extra_on: int) -> None:
+    def task(group: ThreadRank) -> Path:
+        state = _rank_state(group.rank, 2)
+        if group.rank == extra_on:
+            state["buffer"] = np.ones(2)
+        return Checkpoint(state=state).save(tmp_path / "c", process_group=group)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert all("same tree" in str(r) and "components/state" in str(r) for r in results), results
+    assert not os.listdir(tmp_path)
+
+
+def test_a_plain_array_of_another_shape_on_one_rank_is_refused(tmp_path: Path) -> None:
+    def task(group: ThreadRank) -> Path:
+        state = _rank_state(group.rank, 2)
+        state["plain"] = np.arange(4 + group.rank)
+        return Checkpoint(state=state).save(tmp_path / "c", process_group=group)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) and "same tree" in str(r) for r in results), results
+
+
+@pytest.mark.parametrize(("argument", "per_rank"), [
+    ("overwrite", lambda rank: {"overwrite": rank == 0}),
+    ("metadata", lambda rank: {"metadata": {"rank": rank}}),
+    ("checkpoint_id", lambda rank: {"checkpoint_id": f"id-{rank}"}),
+    ("components", lambda rank: {"components": ["state"] if rank else ["state", "config"]}),
+])
+def test_save_arguments_that_differ_per_rank_are_refused_and_nothing_changes(
+        tmp_path: Path, argument: str, per_rank: object) -> None:
+    previous = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "c")
+    before = (previous / "manifest.json").read_bytes()
+
+    def task(group: ThreadRank) -> Path:
+        kwargs = per_rank(group.rank)  # type: ignore[operator]
+        return Checkpoint(state=_rank_state(group.rank, 2), config={"x": 1}).save(
+            previous, process_group=group, **kwargs)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert all(f"{argument}=" in str(r) and "same arguments" in str(r) for r in results), results
+    assert (previous / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c"]

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor._utils import _get_shard_size_and_offsets, compute_local_shape_and_global_offset
+from torch.distributed.tensor.placement_types import _StridedShard
 
 from ..arrays import verify_view
 from ..dtypes import numpy_dtype
@@ -47,17 +48,52 @@ __all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state",
 def local_region(tensor: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(start, size) of the block of the global array ``tensor`` holds on this rank; None off its mesh."""
     mesh = tensor.device_mesh
-    if mesh.get_coordinate() is None:
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:
         return None
+    if any(isinstance(placement, _StridedShard) for placement in tensor.placements):
+        strided_block_is_contiguous(tuple(tensor.shape), tuple(mesh.shape), tuple(coordinate),
+                                    tuple(tensor.placements))
     shape, offset = compute_local_shape_and_global_offset(tensor.shape, mesh, tensor.placements)
     return tuple(int(o) for o in offset), tuple(int(s) for s in shape)
 
 
+def strided_block_is_contiguous(global_shape: tuple[int, ...], mesh_shape: tuple[int, ...],
+                                coordinate: tuple[int, ...], placements: tuple[Any, ...]) -> None:
+    """Refuse placements with a ``_StridedShard`` that leave this rank's elements scattered in the global array.
+
+    ``_StridedShard`` (FSDP2 over a tensor-parallel mesh: ``(_StridedShard(0, sf=2), Shard(0))``) usually
+    gives each rank one contiguous block, which is stored as one shard; on its own it gives a rank
+    interleaved rows, which no single (start, size) region describes, so they are refused instead of
+    being stored at the wrong place. The rows of each dimension are followed as torch does (left to right).
+    """
+    indices: dict[int, Any] = {}
+    sizes = list(global_shape)
+    for mesh_dim, placement in enumerate(placements):
+        if not isinstance(placement, (Shard, _StridedShard)):
+            continue
+        dim = placement.dim
+        sizes[dim], indices[dim] = _get_shard_size_and_offsets(
+            sizes[dim], mesh_shape[mesh_dim], coordinate[mesh_dim], placement, indices.get(dim), global_shape[dim],
+            False)
+    for dim, index in indices.items():
+        rows = [int(i) for i in index.tolist()] if sizes[dim] else []
+        if rows and rows != list(range(rows[0], rows[0] + len(rows))):
+            raise UnsupportedValue(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
+                                   f"of dimension {dim}: a _StridedShard that does not leave each rank one "
+                                   "contiguous block is not supported yet; redistribute the DTensor first",
+                                   rule="R-WTR-3")
+
+
 def _writes_replica(tensor: DTensor) -> bool:
-    """Whether this rank writes its block: it is at coordinate 0 of every mesh dimension that does not shard."""
+    """Whether this rank writes its block: it is at coordinate 0 of every mesh dimension that replicates.
+
+    ``_StridedShard`` (FSDP2 on a 2-D mesh) shards although its ``is_shard()`` is False: only ``Replicate()``
+    dimensions hold copies (``Partial()`` is refused before this).
+    """
     coordinate = tensor.device_mesh.get_coordinate()
     assert coordinate is not None
-    return all(coordinate[dim] == 0 for dim, placement in enumerate(tensor.placements) if not placement.is_shard())
+    return all(coordinate[dim] == 0 for dim, placement in enumerate(tensor.placements) if placement.is_replicate())
 
 
 def to_sharded(tensor: torch.Tensor) -> ShardedValue:

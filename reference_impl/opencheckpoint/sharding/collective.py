@@ -27,7 +27,10 @@ __all__ = ["Collective", "CollectiveError", "LocalCollective", "error_from_json"
 class CollectiveError(CheckpointError):
     """A collective operation of a save failed or timed out: a rank died, hung, or the group broke.
 
-    Nothing was published; the previous checkpoint at the target is untouched.
+    Usually nothing was published and the previous checkpoint at the target is
+    untouched; but when the coordinator died after its rename, the new checkpoint
+    is published though the other ranks raise this: compare the target's
+    ``checkpoint_id`` with the one the save was given (docs page "Scaling out").
     """
 
     error_class = "CollectiveError"

@@ -15,7 +15,9 @@ The writer procedure of format version 2 (spec ``opencheckpoint-v2.md``):
    exactly as a single-process save (:class:`~opencheckpoint.container.staged.StagedCheckpoint`).
 5. The coordinator broadcasts the outcome; every rank raises the error if any.
 
-If any rank fails or dies, nothing is published: the coordinator removes the
+If any rank fails or dies before it has reported (step 3), nothing is published
+(a rank dying after it reported does not stop publication; a coordinator dying
+after its rename has published, though the others raise): the coordinator removes the
 staging directory (if it dies itself, the directory is debris the next save
 removes), the previous checkpoint at the target is untouched, and every surviving
 rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
@@ -25,7 +27,7 @@ rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +41,24 @@ __all__ = ["WriteComponents", "save_collective"]
 
 #: Runs the adapters of every component below a root directory; returns the component records by name.
 WriteComponents = Callable[[Path], dict[str, dict[str, Any]]]
+#: Arguments sent as digests of their JSON (large mappings): a differing one is named, its digest not shown.
+_DIGESTS = frozenset({"metadata", "producer"})
 #: Builds the manifest body from the finished component records.
 BuildBody = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
 
 
 def save_collective(target: Path, collective: Collective, write: WriteComponents, body: BuildBody, *,
-                    durable: bool, overwrite: bool) -> None:
-    """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere."""
+                    durable: bool, overwrite: bool, arguments: Mapping[str, Any] | None = None) -> None:
+    """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere.
+
+    ``arguments``: the save's other arguments as JSON values (digests of large
+    ones), which every rank must pass alike; a rank whose arguments differ from
+    the coordinator's is refused like one saving to another path.
+    """
     rank = collective.rank
-    staged, opening, refused = _open_staging(target, durable, overwrite) if rank == 0 else (None, None, None)
+    arguments = dict(arguments or {})
+    staged, opening, refused = (_open_staging(target, durable, overwrite, arguments) if rank == 0
+                                else (None, None, None))
     failure: BaseException | None = None
     try:
         opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
@@ -55,9 +66,8 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
         if not opened["ok"]:
             raise refused or error_from_json(opened["error"])  # the coordinator re-raises its own error
         staging = Path(opened["staging"])
-        if opened["target"] != str(target):
-            failure = UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
-                                       "every rank of a collective save passes the same path", field="path")
+        failure = _differs(rank, target, arguments, opened)
+        if failure is not None:
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
@@ -80,7 +90,25 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
         raise error_from_json(outcome["error"])
 
 
-def _open_staging(target: Path, durable: bool, overwrite: bool,
+def _differs(rank: int, target: Path, arguments: dict[str, Any], opened: dict[str, Any],
+             ) -> UnsupportedValue | None:
+    """The error of a rank whose path or other save arguments are not the coordinator's, if they differ."""
+    if opened["target"] != str(target):
+        return UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
+                                "every rank of a collective save passes the same path", field="path")
+    theirs = opened.get("arguments", {})
+    names = sorted(name for name in set(arguments) | set(theirs) if arguments.get(name) != theirs.get(name))
+    if "components" in names:
+        names = ["components"]  # the per-component arguments differ too: the component names say it best
+    if names:
+        shown = ", ".join(f"a {name}= differing from the coordinator's" if name in _DIGESTS else
+                          f"{name}={arguments.get(name)!r} (coordinator: {theirs.get(name)!r})" for name in names)
+        return UnsupportedValue(f"rank {rank} passes {shown}: every rank of a collective save passes the same "
+                                "arguments", field=names[0], rule="R-WTR-3")
+    return None
+
+
+def _open_staging(target: Path, durable: bool, overwrite: bool, arguments: dict[str, Any],
                   ) -> tuple[StagedCheckpoint | None, dict[str, Any], Exception | None]:
     """Coordinator, step 1: the entered staging checkpoint and the message announcing it, or the refusal
     (message and error)."""
@@ -90,7 +118,7 @@ def _open_staging(target: Path, durable: bool, overwrite: bool,
     except Exception as exc:  # the other ranks wait for this message: they get the error instead
         staged.__exit__(None, None, None)
         return None, {"ok": False, "error": error_to_json(exc, 0)}, exc
-    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target)}, None
+    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target), "arguments": arguments}, None
 
 
 def _write_rank(sink: RankSink, write: WriteComponents,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnsupportedValue
 from ..tree.encode import write_plan, write_small_file
 from ..tree.shard_plan import merge_records
+from ..tree.skeleton import skeleton_digest
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
@@ -74,7 +75,7 @@ class RankSink:
         if self.rank != 0 and plan.shards is not None and plan.shards.data.extents:
             _make_below(self.staging, real / "shards")
         entries = {} if plan.shards is None else plan.shards.write(real, durable=durable, sha256=sha256)
-        self.report[rel] = {"files": entries,
+        self.report[rel] = {"files": entries, "skeleton": skeleton_digest(plan.root),
                             "sharded": [] if plan.shards is None else plan.shards.summary()}
         if self.rank != 0:
             return entries
@@ -90,13 +91,9 @@ class RankSink:
         a sharded array, ``kind_version`` 2.
         """
         by_path = {record["path"]: record for record in records.values()}
+        _check_same_trees(reports)
         for rel, (plan, real, sha256) in self.pending.items():
-            theirs = []
-            for rank, report in enumerate(reports[1:], start=1):
-                if rel not in report:
-                    raise UnsupportedValue(f"rank {rank} did not write the tree of {rel}: every rank must save "
-                                           "the same components", rule="R-WTR-3")
-                theirs.append(report[rel])
+            theirs = [report[rel] for report in reports[1:]]
             if plan.shards is not None:
                 merge_records(plan.shards.nodes, [t["sharded"] for t in theirs], range(1, len(reports)))
             elif any(t["sharded"] for t in theirs):
@@ -110,6 +107,27 @@ class RankSink:
             record["files"] = {key: files[key] for key in sorted(files, key=_file_order)}
             if plan.shards is not None:
                 record["kind_version"] = 2
+
+
+def _check_same_trees(reports: list[dict[str, Any]]) -> None:
+    """Refuse unless every rank wrote the coordinator's trees (``reports[0]``), each with its structure.
+
+    The coordinator writes the one ``tree.msgpack`` and the plain arrays of each
+    tree: a tree, a key or an array shape only another rank has would be dropped
+    in silence, one only the coordinator has stored as if every rank had it.
+    """
+    ours = reports[0]
+    for rank, report in enumerate(reports[1:], start=1):
+        if set(report) != set(ours):
+            extra, missing = sorted(set(report) - set(ours)), sorted(set(ours) - set(report))
+            raise UnsupportedValue(f"rank {rank} wrote the trees of {sorted(report)}, the coordinator of "
+                                   f"{sorted(ours)} (rank {rank} has {extra} more, {missing} fewer): every rank "
+                                   "must save the same components", rule="R-WTR-3")
+        for rel, tree in report.items():
+            if tree["skeleton"] != ours[rel]["skeleton"]:
+                raise UnsupportedValue(f"rank {rank} saved a tree in {rel} whose structure (keys, node kinds, "
+                                       "array dtypes or shapes) differs from the coordinator's: every rank must "
+                                       "save the same tree", file=rel, rule="R-WTR-3")
 
 
 def _make_below(staging: Path, directory: Path) -> None:
