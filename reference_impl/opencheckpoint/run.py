@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
-from .errors import CheckpointError, NotACheckpoint
+from .errors import CheckpointError, NotACheckpoint, UnsupportedLocation
 from .location import Location, PathArg, resolve_location
 from .reader import CheckpointReader
 from .rotation import Rotation, RotationEntry
@@ -145,6 +145,11 @@ class RunCheckpointer:
         self.last_step: int | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
+        if async_save and self.rotation is not None and not hasattr(self.rotation, "save_async"):
+            # A remote rotation uploads from a local scratch copy; its saves are synchronous for now.
+            raise UnsupportedLocation("async_save=True needs a local directory; a rotation on a remote location "
+                                      "(URL or FsPath) saves synchronously: pass async_save=False",
+                                      file=str(directory))
         self.async_save = async_save
         #: the unfinished async save, if any
         self.pending: SaveHandle | None = None

@@ -283,3 +283,16 @@ def test_local_urls_and_filesystems_keep_the_local_rename(tmp_path: Any) -> None
     # RFC 8089: file://localhost/ABS is the local absolute path /ABS (not ./localhost/ABS)
     assert Checkpoint(model={"v": 3}).save(f"file://localhost{tmp_path}/lh") == tmp_path / "lh"
     assert read_component(tmp_path / "lh", "model") == {"v": 3}
+
+
+def test_async_save_on_a_remote_rotation_is_refused_clearly_before_any_write() -> None:
+    import fsspec
+
+    from opencheckpoint.errors import UnsupportedLocation
+    from opencheckpoint.run import RunCheckpointer
+
+    with pytest.raises(UnsupportedLocation, match="async_save=True needs a local directory"):
+        RunCheckpointer(Checkpoint(w={"a": np.arange(3.0)}), "memory://async-refused/run", 1, async_save=True)
+    assert not fsspec.filesystem("memory").exists("/async-refused/run")
+    with pytest.raises(UnsupportedLocation):
+        Checkpoint(w={"a": np.arange(3.0)}).save_async("memory://async-refused/ck")
