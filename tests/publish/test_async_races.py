@@ -10,37 +10,17 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from write_hold import hold_writes, reset_fault_hook  # noqa: F401  (an autouse fixture)
 
 from opencheckpoint import Checkpoint, read_component
 from opencheckpoint import async_save as async_module
 from opencheckpoint.async_save import target_key
-from opencheckpoint.container import publish
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Iterator[None]:
-    yield
-    publish.FAULT_HOOK = None
-
-
-def hold_writes(component: str) -> tuple[threading.Event, threading.Event]:
-    """Make writers stop before writing ``component`` until ``release`` is set."""
-    reached, release = threading.Event(), threading.Event()
-
-    def hook(operation: str) -> None:
-        if operation == f"write-component:{component}":
-            reached.set()
-            assert release.wait(30)
-
-    publish.FAULT_HOOK = hook
-    return reached, release
 
 
 def _python(script: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -9,34 +9,15 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from write_hold import hold_writes, reset_fault_hook  # noqa: F401  (an autouse fixture)
 
 from opencheckpoint import Checkpoint, LimitExceeded, SaveHandle, TargetExists, read_component, validate
 from opencheckpoint.container import publish
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Iterator[None]:
-    yield
-    publish.FAULT_HOOK = None
-
-
-def hold_writes(component: str) -> tuple[threading.Event, threading.Event]:
-    """Make the background writer stop before writing ``component`` until ``release`` is set."""
-    reached, release = threading.Event(), threading.Event()
-
-    def hook(operation: str) -> None:
-        if operation == f"write-component:{component}":
-            reached.set()
-            assert release.wait(30)
-
-    publish.FAULT_HOOK = hook
-    return reached, release
 
 
 class Counted:

@@ -4,33 +4,14 @@ waits for the previous save before the next, on restore and on leaving its ``wit
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from write_hold import hold_writes, reset_fault_hook  # noqa: F401  (an autouse fixture)
 
 from opencheckpoint import Checkpoint, CheckpointError, open_checkpoint, validate
-from opencheckpoint.container import publish
 from opencheckpoint.run import Rotation, RunCheckpointer
-
-
-@pytest.fixture(autouse=True)
-def _reset_hook() -> Iterator[None]:
-    yield
-    publish.FAULT_HOOK = None
-
-
-def hold_writes(component: str) -> tuple[threading.Event, threading.Event]:
-    reached, release = threading.Event(), threading.Event()
-
-    def hook(operation: str) -> None:
-        if operation == f"write-component:{component}":
-            reached.set()
-            assert release.wait(30)
-
-    publish.FAULT_HOOK = hook
-    return reached, release
 
 
 def names(directory: Path) -> list[str]:
