@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -37,9 +37,11 @@ from .rotation_policy import (
     ARCHIVE_SUFFIX,
     ROTATION_KEY,
     STEP_DIGITS,
+    best_entry,
     check_policy,
     metric,
     name_pattern,
+    newest_first,
     owned_sequence,
     save_metadata,
 )
@@ -301,15 +303,9 @@ class Rotation:
         """Paths of the readable checkpoints, oldest step first."""
         return [e.path for e in self.entries()]
 
-    @staticmethod
-    def _newest_first(entries: Iterable[RotationEntry]) -> list[RotationEntry]:
-        """Resume order: this rotation's own checkpoints, most recently written first; then the others by step."""
-        return sorted(entries, key=lambda e: (e.owned, e.sequence if e.owned else 0, e.step, e.created_at),
-                      reverse=True)
-
     def latest(self) -> Path | None:
         """The checkpoint this rotation wrote most recently (none of its own: the highest step), or None."""
-        entries = self._newest_first(self.entries())
+        entries = newest_first(self.entries())
         return entries[0].path if entries else None
 
     def best(self) -> Path | None:
@@ -318,13 +314,7 @@ class Rotation:
         return None if entry is None else entry.path
 
     def _best(self, entries: list[RotationEntry]) -> RotationEntry | None:
-        if self.keep_best is None:
-            return None
-        scored = [e for e in entries if e.metric is not None]
-        if not scored:
-            return None
-        sign = 1.0 if self.keep_best[1] == "max" else -1.0
-        return max(scored, key=lambda e: (sign * e.metric, e.step))  # type: ignore[operator]  # scored: metric is not None
+        return best_entry(entries, self.keep_best)
 
     def prune(self, protect: Collection[Path] = ()) -> list[Path]:
         """Delete this rotation's checkpoints beyond the policy, and ended writers' debris; return the deleted paths.
@@ -349,7 +339,7 @@ class Rotation:
 
     def _prune_locked(self, protect: Collection[Path]) -> list[Path]:
         clean_debris(self.directory)
-        owned = self._newest_first(e for e in self.entries() if e.owned)
+        owned = newest_first(e for e in self.entries() if e.owned)
         keep = {e.path for e in owned[: self.keep_last]} | set(protect)
         best = self._best(owned)
         if best is not None:
@@ -409,7 +399,7 @@ class Rotation:
         first_error: CheckpointError | None = None
         failures: dict[str, str | None] = {}
         try:
-            for entry in self._newest_first(entries):
+            for entry in newest_first(entries):
                 try:
                     return entry.path, load(entry.path)
                 except IncompatibleComponent:

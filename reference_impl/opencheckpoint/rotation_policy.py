@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
 #: Manifest metadata member in which a rotation records that it wrote a checkpoint:
 #: ``{"prefix": str, "step": int, "sequence": int, "rotation": str, "name": str, "writer": str}``: the
@@ -83,3 +84,35 @@ def save_metadata(step: Any, metadata: Any, keep_best: tuple[str, str] | None) -
         if key not in meta or metric(meta[key]) is None:
             raise ValueError(f"metadata needs a finite number under {key!r} (keep_best)")
     return meta
+
+
+class Ranked(Protocol):
+    """What the choice of "latest" and "best" reads of a rotation's entry (local or remote)."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def metric(self) -> float | None: ...
+    @property
+    def owned(self) -> bool: ...
+    @property
+    def sequence(self) -> int: ...
+
+
+_E = TypeVar("_E", bound=Ranked)
+
+
+def newest_first(entries: Iterable[_E]) -> list[_E]:
+    """Resume order: this rotation's own checkpoints, most recently written first; then the others by step."""
+    return sorted(entries, key=lambda e: (e.owned, e.sequence if e.owned else 0, e.step, e.created_at), reverse=True)
+
+
+def best_entry(entries: Iterable[_E], keep_best: tuple[str, str] | None) -> _E | None:
+    """The entry with the best metric under ``keep_best`` (ties: the higher step), or None."""
+    scored = [e for e in entries if e.metric is not None]
+    if keep_best is None or not scored:
+        return None
+    sign = 1.0 if keep_best[1] == "max" else -1.0
+    return max(scored, key=lambda e: (sign * (e.metric or 0.0), e.step))

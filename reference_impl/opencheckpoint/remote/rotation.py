@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from ..checkpoint import Checkpoint, CheckpointFormat, LoadResult
@@ -37,9 +37,11 @@ from ..rotation_policy import (
     ARCHIVE_SUFFIX,
     ROTATION_KEY,
     STEP_DIGITS,
+    best_entry,
     check_policy,
     metric,
     name_pattern,
+    newest_first,
     owned_sequence,
     save_metadata,
 )
@@ -194,14 +196,9 @@ class RemoteRotation:
         """Locations of the readable checkpoints, oldest step first."""
         return [e.path for e in self.entries()]
 
-    @staticmethod
-    def _newest_first(entries: Iterable[RemoteEntry]) -> list[RemoteEntry]:
-        return sorted(entries, key=lambda e: (e.owned, e.sequence if e.owned else 0, e.step, e.created_at),
-                      reverse=True)
-
     def latest(self) -> FsPath | None:
         """The checkpoint this rotation wrote most recently (none of its own: the highest step), or None."""
-        entries = self._newest_first(self.entries())
+        entries = newest_first(self.entries())
         return entries[0].path if entries else None
 
     def best(self) -> FsPath | None:
@@ -210,11 +207,7 @@ class RemoteRotation:
         return None if entry is None else entry.path
 
     def _best(self, entries: list[RemoteEntry]) -> RemoteEntry | None:
-        scored = [e for e in entries if e.metric is not None]
-        if self.keep_best is None or not scored:
-            return None
-        sign = 1.0 if self.keep_best[1] == "max" else -1.0
-        return max(scored, key=lambda e: (sign * (e.metric or 0.0), e.step))
+        return best_entry(entries, self.keep_best)
 
     # -- pruning ------------------------------------------------------------------------
     def prune(self, protect: Collection[FsPath] = ()) -> list[FsPath]:
@@ -224,7 +217,7 @@ class RemoteRotation:
         other writer that still runs, and the newest one that passes :func:`~opencheckpoint.validate`.
         """
         clean_remote_debris(self.directory)
-        owned = self._newest_first(e for e in self.entries() if e.owned)
+        owned = newest_first(e for e in self.entries() if e.owned)
         keep = {e.path for e in owned[: self.keep_last]} | set(protect) | self._newest_of_live_writers(owned)
         best = self._best(owned)
         if best is not None:
@@ -285,7 +278,7 @@ class RemoteRotation:
         for path, error in broken:
             logger.warning("skipping %s: not a readable checkpoint (%s)", path, error)
         first_error: CheckpointError | None = None
-        for entry in self._newest_first(entries):
+        for entry in newest_first(entries):
             try:
                 return entry.path, load(entry.path)
             except IncompatibleComponent:
