@@ -10,11 +10,15 @@ which is importable as ``conftest`` from pytest's ``pythonpath``, when
 ``--doctest-modules`` imports it.) A single device (what users get by default) stays the
 default device: ``jax.device_put`` without a sharding still uses device 0.
 An ``XLA_FLAGS`` the caller set is kept, with the flag added.
+
+It also loads the ``memory://`` fixtures the remote tests share (``tests/remote/memory_fixtures.py``).
 """
 
 from __future__ import annotations
 
 import os
+
+pytest_plugins = ["memory_fixtures"]
 
 _DEVICES = "--xla_force_host_platform_device_count=8"
 

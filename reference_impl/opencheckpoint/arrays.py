@@ -331,7 +331,53 @@ def _bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
                             rule="R-ARR-13")
 
 
-class LazyArray:
+class ArrayHandle:
+    """What every lazy array handle shares: shape, dtype and byte count from its node, NumPy basic indexing
+    (``handle[key]``) through :meth:`read_region`, and ``np.asarray(handle)`` through :meth:`read`."""
+
+    __slots__ = ()
+    ref: Any  # the array node (tag 6 or tag 10) the handle reads
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.ref.shape)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.ref.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ref.nbytes)
+
+    def read(self, *, verify: bool = True) -> np.ndarray:
+        raise NotImplementedError
+
+    def read_region(self, start: Sequence[int], size: Sequence[int], *, verify: bool = True) -> np.ndarray:
+        raise NotImplementedError
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        """NumPy basic indexing (ints, slices with any step, Ellipsis, None) through :meth:`read_region`."""
+        from .sharding.regions import index_plan, select
+
+        region, inner = index_plan(self.shape, key)
+        return select(self.read_region(*region), inner)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self.read()
+        return array if dtype is None else array.astype(dtype)
+
+
+def region_copy(array: np.ndarray, start: Sequence[int], size: Sequence[int]) -> np.ndarray:
+    """Elements ``start[d] .. start[d] + size[d]`` of a whole array, checked against its shape, as a fresh array."""
+    from .sharding.regions import checked_region, region_slices, select
+
+    start, size = checked_region(array.shape, start, size)
+    part = select(array, region_slices((start, size), (0,) * len(start)))
+    return part.copy() if part.size else part
+
+
+class LazyArray(ArrayHandle):
     """An array in a checkpoint, not yet read: shape and dtype now, bytes on :meth:`read`."""
 
     __slots__ = ("ref", "_map", "_file", "_verified")
@@ -342,18 +388,6 @@ class LazyArray:
         self._file = file
         #: The verified copy, kept for later verified calls; never filled by ``verify=False`` (R-CHK-11).
         self._verified: np.ndarray | None = None
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.ref.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.ref.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return self.ref.nbytes
 
     def read(self, *, verify: bool = True) -> np.ndarray:
         """The array, read-only: a verified copy (made once, then kept), or with ``verify=False`` a view of the map.
@@ -386,22 +420,10 @@ class LazyArray:
         the whole extent once per handle (:meth:`read`) and then slices that copy;
         ``verify=False`` (an explicit opt-out) touches only the region's pages.
         """
-        from .sharding.regions import checked_region, region_slices, select
+        from .sharding.regions import checked_region
 
-        start, size = checked_region(self.ref.shape, start, size)
-        part = select(self.read(verify=verify), region_slices((start, size), (0,) * len(start)))
-        return part.copy() if part.size else part
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        """NumPy basic indexing (ints, slices with any step, Ellipsis, None) through :meth:`read_region`."""
-        from .sharding.regions import index_plan, select
-
-        region, inner = index_plan(self.ref.shape, key)
-        return select(self.read_region(*region), inner)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = self.read()
-        return array if dtype is None else array.astype(dtype)
+        checked_region(self.ref.shape, start, size)  # a bad region is refused before any byte is read
+        return region_copy(self.read(verify=verify), start, size)
 
     def __repr__(self) -> str:
         return f"LazyArray({self.ref.dtype}{list(self.ref.shape)}, {self.ref.path})"

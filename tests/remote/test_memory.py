@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,20 +36,6 @@ from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_pat
 
 fsspec = pytest.importorskip("fsspec")
 
-
-@pytest.fixture
-def memfs() -> Any:
-    """fsspec's in-memory filesystem (process-wide: each test works below its own prefix)."""
-    return fsspec.filesystem("memory")
-
-
-@pytest.fixture
-def mem_url(memfs: Any) -> Iterator[str]:
-    """A fresh ``memory://`` prefix, removed after the test."""
-    root = f"/oc-test-{uuid.uuid4().hex[:12]}"
-    yield f"memory://{root}"
-    if memfs.exists(root):
-        memfs.rm(root, recursive=True)
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,19 +21,6 @@ from opencheckpoint.run import Rotation
 
 fsspec = pytest.importorskip("fsspec")
 
-
-@pytest.fixture
-def memfs() -> Any:
-    return fsspec.filesystem("memory")
-
-
-@pytest.fixture
-def mem_url(memfs: Any) -> Iterator[str]:
-    """A fresh ``memory://`` prefix, removed after the test."""
-    root = f"/oc-fail-{uuid.uuid4().hex[:12]}"
-    yield f"memory://{root}"
-    if memfs.exists(root):
-        memfs.rm(root, recursive=True)
 
 
 class _Unsaveable:

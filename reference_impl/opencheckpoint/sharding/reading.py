@@ -14,16 +14,15 @@ overlapping bytes from the memory map, and nothing it reads is kept.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from ..arrays import array_view, verified_copy
+from ..arrays import ArrayHandle, array_view, region_copy, verified_copy
 from ..dtypes import numpy_dtype
 from ..errors import CheckpointError
 from ..tree.decode import empty_array
 from ..tree.nodes import ShardedArrayRef, ShardRef
-from .regions import Region, checked_region, index_plan, intersect, region_slices, select
+from .regions import Region, checked_region, intersect, region_slices
 
 
 class ComponentFiles:
@@ -119,7 +118,7 @@ def assemble(ref: ShardedArrayRef, files: ComponentFiles, *, verify: bool = True
     return ShardedReads(ref, files).read(verify=verify)
 
 
-class LazyShardedArray:
+class LazyShardedArray(ArrayHandle):
     """A sharded array in a checkpoint, not yet read: shape and dtype now, any region's bytes on demand.
 
     ``handle[key]`` (ints, slices with any step, Ellipsis, None: NumPy basic
@@ -135,18 +134,6 @@ class LazyShardedArray:
         self.ref = ref
         self._reads = ShardedReads(ref, files, keep=True)
         self._full: np.ndarray | None = None  # the whole array, verified
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.ref.shape
-
-    @property
-    def dtype(self) -> str:
-        return self.ref.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return self.ref.nbytes
 
     @property
     def shards(self) -> int:
@@ -168,17 +155,7 @@ class LazyShardedArray:
         """Elements ``start[d] .. start[d] + size[d]`` of every dimension, as a fresh array of shape ``size``."""
         if self._full is None:
             return self._reads.read_region(start, size, verify=verify)
-        start, size = checked_region(self.ref.shape, start, size)
-        part = select(self._full, region_slices((start, size), (0,) * len(start)))
-        return part.copy() if part.size else part
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        region, inner = index_plan(self.ref.shape, key)
-        return select(self.read_region(*region), inner)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        array = self.read()
-        return array if dtype is None else array.astype(dtype)
+        return region_copy(self._full, start, size)
 
     def __repr__(self) -> str:
         ref = self.ref
