@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import errno
 import functools
-import logging
 import os
-import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -33,19 +30,19 @@ from .casting import CastPolicy
 from .collectives import DEFAULT_TIMEOUT, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, ConcurrentModification, UnsupportedLocation, UnsupportedValue
+from .errors import CheckpointError, UnsupportedLocation, UnsupportedValue
 from .loading import LoadResult
 from .location import PathArg, resolve_location
-from .manifest_builder import manifest_body
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
 from .probe import is_checkpoint, manifest
-from .producer import checked_metadata, default_producer, runtime_environment, utc_timestamp
+from .producer import checked_metadata
 from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
 from .remote.fspath import FsPath
 from .restore_plan import Rename, RestorePlan
-from .sharding.collective_save import save_collective
+from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
+from .sharding.collective import Collective
 from .sharding.sink import LocalSink
 from .snapshot import save_planned
 from .tree.sink import current_sink, installed
@@ -53,42 +50,10 @@ from .tree.sink import current_sink, installed
 if TYPE_CHECKING:
     from .container.archive_writer import ArchiveWriter
 
-logger = logging.getLogger("opencheckpoint")
-
 CheckpointFormat = Literal["directory", "archive"]
 _STRICTNESS = STRICTNESS
 _FORMATS = ("directory", "archive")
 __all__ = ["Checkpoint", "CheckpointFormat", "CheckpointOptions", "LoadResult", "Strictness"]
-
-
-def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
-    runtime = runtime_environment()
-    table = {
-        name: {"checkpoint": value, "runtime": runtime[name], "matches": value == runtime[name]}
-        for name, value in (recorded or {}).items()
-        if name in runtime and name != "opencheckpoint"
-    }
-    return table, any(not row["matches"] for row in table.values())
-
-
-#: What rename(2) reports when another writer published at the target between our check and our rename.
-_RACE_ERRNOS = frozenset({errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR})
-
-
-def publication_race(exc: OSError, target: Path) -> ConcurrentModification | None:
-    """The error to raise when a save lost a race with another writer of ``target``, else None.
-
-    Two saves to a missing target both see it missing; the second rename then meets the first
-    one's checkpoint (``Directory not empty``). Or, without an atomic exchange, another writer
-    renamed the target aside just before this one could (``No such file or directory`` for the
-    target). Nothing of the losing save was published; the other writer's work is left alone.
-    """
-    moved_away = exc.errno == errno.ENOENT and exc.filename is not None and Path(exc.filename) == target
-    if not moved_away and (exc.errno not in _RACE_ERRNOS or not os.path.lexists(target)):
-        return None
-    return ConcurrentModification(
-        "another process published or is publishing a checkpoint at this path while this save was writing "
-        f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
 
 
 class Checkpoint:
@@ -218,22 +183,12 @@ class Checkpoint:
              component_options: Mapping[str, CheckpointOptions] | None = None, process_group: Any = None,
              timeout: float = DEFAULT_TIMEOUT, progress: ProgressArg = None) -> Path | FsPath: ...
 
-    def save(
-        self,
-        path: PathArg,
-        *,
-        components: Collection[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        format: CheckpointFormat | None = None,
-        checkpoint_id: str | None = None,
-        created_at: str | None = None,
-        overwrite: bool = True,
-        producer: Mapping[str, Any] | None = None,
-        component_options: Mapping[str, CheckpointOptions] | None = None,
-        process_group: Any = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        progress: ProgressArg = None,
-    ) -> Path | FsPath:
+    def save(self, path: PathArg, *, components: Collection[str] | None = None,
+             metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
+             checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
+             producer: Mapping[str, Any] | None = None,
+             component_options: Mapping[str, CheckpointOptions] | None = None, process_group: Any = None,
+             timeout: float = DEFAULT_TIMEOUT, progress: ProgressArg = None) -> Path | FsPath:
         """Write the selected components atomically to ``path`` and return it.
 
         ``component_options``: name -> :class:`~opencheckpoint.CheckpointOptions`
@@ -280,39 +235,42 @@ class Checkpoint:
         names = self._selection(self.save_components if components is None else components)
         options = self._save_options(names, component_options)
         adapters = {name: self._adapter(name, options[name]) for name in names}  # usage errors before any write
-        user_metadata = checked_metadata(metadata)
-        collective = resolve_collective(process_group, timeout)
+        given = {"metadata": checked_metadata(metadata), "checkpoint_id": checkpoint_id, "created_at": created_at,
+                 "producer": producer}
+        self._save_local(target, names, options, adapters, output, overwrite, given,
+                         resolve_collective(process_group, timeout), progress)
+        return target
+
+    def _save_local(self, target: Path, names: list[str], options: Mapping[str, CheckpointOptions],
+                    adapters: Mapping[str, Adapter], output: CheckpointFormat, overwrite: bool,
+                    given: Mapping[str, Any], collective: Collective | None, progress: ProgressArg) -> None:
+        """The checked save of ``names`` to a local ``target``: planned (``progress``), by this process alone,
+        or as one rank of a collective save. A publication race lost to another writer raises
+        :class:`~opencheckpoint.errors.ConcurrentModification`."""
         if progress:  # the total must be known up front: every component is planned, then written
             if collective is not None:
                 raise UnsupportedValue("progress= is not supported in a collective (multi-rank) save",
                                        field="progress")
-            return save_planned(self, target, names, options, progress, metadata=user_metadata, format=output,
-                                producer=producer, checkpoint_id=checkpoint_id, created_at=created_at,
-                                overwrite=overwrite)
-        body = functools.partial(
-            _manifest, checkpoint_id=checkpoint_id or uuid.uuid4().hex, created_at=created_at or utc_timestamp(),
-            producer=default_producer() if producer is None else producer, metadata=user_metadata)
-        try:
-            if collective is not None:
-                if output != "directory":
-                    raise UnsupportedValue("a collective save writes the directory form only", field="format")
-                arguments = _collective_arguments(
-                    names, [adapters[n].kind for n in names],
-                    [self.sha256 if options[n].sha256 is None else options[n].sha256 for n in names],
-                    metadata=user_metadata, format=output, checkpoint_id=checkpoint_id, created_at=created_at,
-                    overwrite=overwrite, producer=producer, durable=self.durable)
-                save_collective(target, collective,
-                                lambda root: self._save_components(names, adapters, options, root, None), body,
-                                durable=self.durable, overwrite=overwrite, arguments=arguments)
-                return target
-            with StagedCheckpoint(target, form=output, durable=self.durable, overwrite=overwrite) as staged:
-                staged.commit(body(self._save_components(names, adapters, options, staged.directory, staged)))
-        except OSError as exc:
-            raced = publication_race(exc, target)
-            if raced is None:
-                raise
-            raise raced from exc
-        return target
+            save_planned(self, target, names, options, progress, format=output, overwrite=overwrite, **given)
+            return
+        write = functools.partial(self._save_components, names, adapters, options)
+        with lost_races(target):
+            if collective is None:
+                save_staged(target, write, manifest_fields(**given), form=output, durable=self.durable,
+                            overwrite=overwrite)
+            else:
+                save_as_rank(target, collective, write, manifest_fields(**given),
+                             self._collective_arguments(names, adapters, options, output, overwrite, given),
+                             form=output, durable=self.durable, overwrite=overwrite)
+
+    def _collective_arguments(self, names: list[str], adapters: Mapping[str, Adapter],
+                              options: Mapping[str, CheckpointOptions], output: CheckpointFormat, overwrite: bool,
+                              given: Mapping[str, Any]) -> dict[str, Any]:
+        """This save's arguments as every rank of a collective save must pass them alike
+        (:func:`.saving.collective_arguments`)."""
+        sha256 = [self.sha256 if options[n].sha256 is None else options[n].sha256 for n in names]
+        return collective_arguments(names, [adapters[n].kind for n in names], sha256, **given, format=output,
+                                    overwrite=overwrite, durable=self.durable)
 
     def _save_components(self, names: list[str], adapters: Mapping[str, Adapter],
                          options: Mapping[str, CheckpointOptions], root: Path, staged: StagedCheckpoint | None,
@@ -408,20 +366,10 @@ class Checkpoint:
         return writer.record(adapter.kind, adapter.kind_version, f"components/{name}")
 
     # -- loading -------------------------------------------------------------------------
-    def load(
-        self,
-        path: PathArg,
-        *,
-        components: Collection[str] | None = None,
-        strict: Strictness | None = None,
-        map_location: Any = None,
-        verify: bool = True,
-        rename: Rename | None = None,
-        cast: CastPolicy = None,
-        subtree: str | None = None,
-        component_options: Mapping[str, CheckpointOptions] | None = None,
-        progress: ProgressArg = None,
-    ) -> LoadResult:
+    def load(self, path: PathArg, *, components: Collection[str] | None = None, strict: Strictness | None = None,
+             map_location: Any = None, verify: bool = True, rename: Rename | None = None, cast: CastPolicy = None,
+             subtree: str | None = None, component_options: Mapping[str, CheckpointOptions] | None = None,
+             progress: ProgressArg = None) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
         Restoring into a model that changed (see the docs page "Restoring into
@@ -455,54 +403,28 @@ class Checkpoint:
         was restored before it. ``progress``: as in :meth:`save` (per component read).
         """
         requested = self._selection(components)
-        overrides = check_option_names(component_options, requested, "load")
         call = CheckpointOptions(strict=strict or self.strict, map_location=map_location, verify=verify,
                                  rename=rename, subtree=subtree, cast=cast)  # a bad strict raises here
-        options = {name: call.merged(self._merged(name, overrides)) for name in requested}
-        for merged in options.values():  # a bad option raises before anything is read
-            RestorePlan(merged.rename, merged.subtree, merged.cast)
+        options = self._load_options(requested, call, component_options)
         modes = {name: merged.strict or self.strict for name, merged in options.items()}
         with CheckpointReader(path) as reader:
-            stored = reader.components
-            versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
-            result = LoadResult(missing={n for n in requested if n not in stored},
-                                unrequested=set(stored) - set(requested), manifest=reader.manifest,
-                                versions=versions, version_skew=skew)
-            if skew:
-                logger.warning("checkpoint %s was written with other versions: %s", path,
-                               {k: v for k, v in versions.items() if not v["matches"]})
+            result = loading.new_result(reader, requested, path)
             live = {name: self._components[name][0] for name in requested}
-            plan = loading.plan_loads(stored, live, self._adapter, options, modes, result)
+            plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
-            with reporting(progress, files_bytes(stored[load.name] for load in plan), f"loading {path}"):
+            with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
                 prepared = loading.prepare_all(plan, reader, result, path)
             loading.apply_all(prepared, result, path)
         return result
 
-def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    """The manifest body of a save: format version 2 only when a tree holds a sharded array (R-SHD-13)."""
-    sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
-    return manifest_body(records, format_version=2 if sharded else 1, **fields)
+    def _load_options(self, requested: list[str], call: CheckpointOptions,
+                      component_options: Mapping[str, CheckpointOptions] | None) -> dict[str, CheckpointOptions]:
+        """Each loaded component's options: this call's, merged over the registered and per-call ones.
 
-
-def _collective_arguments(names: list[str], kinds: list[str], sha256: list[bool | None],
-                          **given: Any) -> dict[str, Any]:
-    """The arguments of a save every rank of a collective save must pass alike, as JSON values.
-
-    The metadata and producer mappings are sent as digests (they may be large);
-    each rank compares them with the coordinator's, whose values are stored.
-    """
-    import hashlib
-    import json
-
-    def digest(value: Any) -> str | None:
-        if value is None:
-            return None
-        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    return {**given, "components": names, "adapters": kinds, "sha256": sha256,
-            "metadata": digest(given["metadata"]),
-            "producer": None if given["producer"] is None else digest(dict(given["producer"]))}
-
-
+        A bad option (``rename``, ``subtree``, ``cast``) raises here, before anything is read.
+        """
+        overrides = check_option_names(component_options, requested, "load")
+        options = {name: call.merged(self._merged(name, overrides)) for name in requested}
+        for merged in options.values():
+            RestorePlan(merged.rename, merged.subtree, merged.cast)
+        return options

@@ -11,6 +11,7 @@ object's own load method may differ per component.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from .errors import CheckpointError, IncompatibleComponent
 from .kind_migrations import missing_step
 from .manifest import KIND_VERSIONS
 from .options import CheckpointOptions, Strictness
+from .producer import runtime_environment
 from .progress import advance, files_bytes
 from .reader import CheckpointReader
 from .restore_plan import RestorePlan
@@ -55,6 +57,31 @@ class LoadResult:
     version_skew: bool = False
     conversions: list[Conversion] = field(default_factory=list)
     unused: dict[str, list[str]] = field(default_factory=dict)
+
+
+logger = logging.getLogger("opencheckpoint")
+
+
+def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The producer's recorded package versions against this runtime's: the table, and whether any differs."""
+    runtime = runtime_environment()
+    table = {
+        name: {"checkpoint": value, "runtime": runtime[name], "matches": value == runtime[name]}
+        for name, value in (recorded or {}).items()
+        if name in runtime and name != "opencheckpoint"
+    }
+    return table, any(not row["matches"] for row in table.values())
+
+
+def new_result(reader: CheckpointReader, requested: list[str], path: Any) -> LoadResult:
+    """The result of a load before anything is read: missing and unrequested components, version skew (logged)."""
+    stored = reader.components
+    versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
+    if skew:
+        logger.warning("checkpoint %s was written with other versions: %s", path,
+                       {k: v for k, v in versions.items() if not v["matches"]})
+    return LoadResult(missing={n for n in requested if n not in stored}, unrequested=set(stored) - set(requested),
+                      manifest=reader.manifest, versions=versions, version_skew=skew)
 
 
 @dataclass

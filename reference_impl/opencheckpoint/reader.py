@@ -176,7 +176,8 @@ class CheckpointReader(CheckpointSteps):
         fresh: dict[int, np.ndarray] = {}
         deferred: list[tuple[ArrayRef, np.ndarray]] = []
         if decoded.arrays:
-            with self.open_region(data_file, size) as region:
+            # The targets' bytes are read again by fill(): a remote source keeps what it fetches now.
+            with self.open_region(data_file, size, again=bool(targets)) as region:
                 fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, targets=targets,
                                     deferred=deferred)
         self._assemble_sharded(name, decoded, fresh, verify)  # fresh arrays, verified now, before any fill

@@ -187,9 +187,10 @@ class CheckpointSteps:
         record = self.record(name)
         return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()})
 
-    def open_region(self, data_file: str, size: int) -> FileRegion:
-        """Positioned reads of a data file (:meth:`Source.open_region`)."""
-        return self.source.open_region(data_file, size)
+    def open_region(self, data_file: str, size: int, *, again: bool = False) -> FileRegion:
+        """Positioned reads of a data file (:meth:`Source.open_region`); ``again``: its bytes will be read
+        a second time while the checkpoint is open (:meth:`Source.open_region_kept`)."""
+        return self.source.open_region_kept(data_file, size) if again else self.source.open_region(data_file, size)
 
     # -- json and files components ----------------------------------------------
     def json(self, name: str) -> Any:

@@ -142,3 +142,21 @@ def parse_ijson(data: bytes, *, file: str, document: str = "manifest") -> Any:
 def dump_json(value: Any) -> str:
     """Write JSON the way the reference writer does: 2-space indent, UTF-8, no NaN."""
     return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def is_json_value(value: Any, depth: int = 1) -> bool:
+    """True for values that round-trip exactly through I-JSON (str keys, finite floats, safe ints)."""
+    if depth > JSON_MAX_DEPTH:
+        return False
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return True
+    if kind is int:
+        return bool(abs(value) <= JSON_MAX_SAFE_INT)  # value is typed Any here: bool() keeps the result a bool
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and is_json_value(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(is_json_value(v, depth + 1) for v in value)
+    return False

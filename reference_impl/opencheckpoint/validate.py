@@ -27,13 +27,12 @@ Examples:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .arrays import array_view, verify_view
 from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, format_error
-from .integrity import CHUNK_BYTES, crc32c_of, new_sha256
+from .file_scan import FileHashes, FileScan
 from .location import PathArg
 from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
@@ -43,7 +42,6 @@ from .sharding.layout import data_file_sizes, extents_by_file
 from .sharding.reading import ComponentFiles, ShardedReads
 from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
 from .tree.decode import DecodedTree
-from .tree.layout import check_padding
 from .tree.nodes import ArrayRef
 
 
@@ -92,11 +90,6 @@ class ValidationReport:
             "checked_arrays": self.checked_arrays,
             "checked_bytes": self.checked_bytes,
         }
-
-
-def _chunks(view: memoryview) -> Iterator[memoryview]:
-    for start in range(0, len(view), CHUNK_BYTES):
-        yield view[start : start + CHUNK_BYTES]
 
 
 def validate(path: PathArg, *, progress: ProgressArg = None) -> ValidationReport:
@@ -178,18 +171,22 @@ def _check_components(reader: CheckpointSteps, report: ValidationReport,
     checked in step 16.
     """
     layouts, crc_checked = check_structure(reader, report, skipped)
-    # Step 16: the arrays of each tree component, then every file.
+    # Step 16: the arrays of each tree component, then every file. Each data file is read once: the pass
+    # that checks its arrays also computes its file checksums, which the file checks then compare.
+    hashed: dict[str, FileHashes | None] = {}
     for name, (decoded, data_file, size) in layouts.items():
-        if decoded.sharded or reader.record(name).kind_version >= 2:
+        record = reader.record(name)
+        if decoded.sharded or record.kind_version >= 2:
             files = reader.component_files(name)
-            sizes = data_file_sizes({rel: entry.size for rel, entry in reader.record(name).files.items()})
             extents = extents_by_file(decoded)
-            for rel, file_size in sizes.items():
-                _check_arrays(reader, extents.get(rel, []), files.path(rel), file_size, report)
+            for rel, file_size in data_file_sizes({rel: entry.size for rel, entry in record.files.items()}).items():
+                hashed[files.path(rel)] = _check_arrays(reader, extents.get(rel, []), files.path(rel), file_size,
+                                                        record.files[rel], report)
             _check_empty_sharded(decoded, files, report)
         else:
-            _check_arrays(reader, decoded.arrays, data_file, size, report)
-    _check_files(reader, report, crc_checked | set(skipped), skipped)
+            hashed[data_file] = _check_arrays(reader, decoded.arrays, data_file, size, record.files["data.bin"],
+                                              report)
+    _check_files(reader, report, crc_checked | set(skipped), skipped, hashed)
 
 
 def check_structure(
@@ -240,28 +237,33 @@ def check_structure(
     return layouts, crc_checked
 
 
-def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: str, size: int,
-                  report: ValidationReport) -> None:
-    """Step 16 for one data file: for every array (or shard) in it R-ARR-14 then R-ARR-13, then R-ARR-12."""
+def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: str, size: int, entry: FileEntry,
+                  report: ValidationReport) -> FileHashes | None:
+    """Step 16 for one data file, read once: for every array (or shard) in it R-ARR-14 then R-ARR-13, then
+    R-ARR-12. Returns the file's checksums for :func:`_check_file` (None when it could not be read)."""
+    scan = FileScan(arrays, size, _hashes(reader, data_file, entry))
+    position = 0
     try:
-        data_map = reader.source.map_file(data_file, size)
+        for chunk in reader.source.read_chunks(data_file, size):
+            scan.feed(chunk, position)
+            position += len(chunk)
+            advance(len(chunk))
     except CheckpointError as exc:
         report.add(exc)
-        return
-    seen: set[tuple[int, int]] = set()
-    for ref in arrays:
-        if (ref.offset, ref.nbytes) in seen and ref.dtype != "bool":
-            continue  # an alias: same bytes, same checksum (R-ARR-10)
-        seen.add((ref.offset, ref.nbytes))
-        try:
-            verify_view(array_view(data_map, ref), ref, data_file)
-        except CheckpointError as exc:
-            report.add(exc)
+        return None
+    for error in scan.array_errors(arrays, data_file):
+        if error is not None:
+            report.add(error)
         report.checked_arrays += 1
-    try:
-        check_padding(arrays, data_map)
-    except CheckpointError as exc:
-        report.add(exc.at(file=data_file))
+    padding = scan.padding_error(data_file)
+    if padding is not None:
+        report.add(padding)
+    return scan.hashes
+
+
+def _hashes(reader: CheckpointSteps, full: str, entry: FileEntry) -> FileHashes:
+    """The checksums step 16 computes for a listed file: CRC-32C, SHA-256 if listed, ZIP CRC-32 if recorded."""
+    return FileHashes(sha256=bool(entry.sha256), zip_crc32=reader.source.zip_crc32(full) is not None)
 
 
 def _check_empty_sharded(decoded: DecodedTree, files: ComponentFiles, report: ValidationReport) -> None:
@@ -275,47 +277,52 @@ def _check_empty_sharded(decoded: DecodedTree, files: ComponentFiles, report: Va
 
 
 def _check_files(reader: CheckpointSteps, report: ValidationReport, crc_checked: set[str],
-                 skipped: set[str] | frozenset[str] = frozenset()) -> None:
-    """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too)."""
+                 skipped: set[str] | frozenset[str] = frozenset(),
+                 hashed: dict[str, FileHashes | None] | None = None) -> None:
+    """Step 16 for files: R-CHK-7 (unless step 13 did it), R-CHK-8, R-ZIP-22 (``manifest.json`` too).
+
+    ``hashed``: the checksums of files already read by the array checks (None: that read failed).
+    """
+    hashed = hashed or {}
     for name, record in reader.components.items():
         for rel, entry in record.files.items():
             full = f"{record.path}/{rel}"
             if full not in skipped:  # else already reported missing or of the wrong size
                 _check_file(reader, report, field_of("components", name, "files", rel), full, entry,
-                            full not in crc_checked)
+                            full not in crc_checked, hashed.get(full))
     stored = reader.source.zip_crc32(MANIFEST_NAME)
     if stored is not None and zlib.crc32(reader.source.read_manifest()) != stored:
         report.add(_zip_crc_error(MANIFEST_NAME))
 
 
 def _check_file(reader: CheckpointSteps, report: ValidationReport, where: str, full: str,
-                entry: FileEntry, check_crc32c: bool) -> None:
-    """Every checksum of one listed file, read once, chunk by chunk."""
-    try:
-        view = reader.source.map_file(full, entry.size)
-    except CheckpointError as exc:
-        report.add(exc.at(field=where))
-        return
-    stored_zip = reader.source.zip_crc32(full)  # None: the container records no CRC-32
-    crc = zip_crc = 0
-    digest = new_sha256() if entry.sha256 else None
-    for chunk in _chunks(view):
-        crc = crc32c_of(chunk, crc)
-        if digest is not None:
-            digest.update(chunk)
-        if stored_zip is not None:
-            zip_crc = zlib.crc32(chunk, zip_crc)
-        report.checked_bytes += len(chunk)
-        advance(len(chunk))
+                entry: FileEntry, check_crc32c: bool, hashes: FileHashes | None) -> None:
+    """Every checksum of one listed file: computed by the pass that checked its arrays, else read once now."""
+    if hashes is None:
+        hashes = _hashes(reader, full, entry)
+        if not check_crc32c and hashes.sha256 is None and hashes.zip_crc32 is None:
+            # Step 13 checked this payload's CRC-32C on the bytes it parsed: nothing is left to compute.
+            hashes.nbytes = entry.size
+            advance(entry.size)
+        else:
+            try:
+                for chunk in reader.source.read_chunks(full, entry.size):
+                    hashes.update(chunk)
+                    advance(len(chunk))
+            except CheckpointError as exc:
+                report.add(exc.at(field=where))
+                return
+    report.checked_bytes += hashes.nbytes
     report.checked_files += 1
     if check_crc32c:
         try:
-            check_file_crc32c(crc, entry, full, where)
+            check_file_crc32c(hashes.crc32c, entry, full, where)
         except CheckpointError as exc:
             report.add(exc)
-    if digest is not None and digest.hexdigest() != entry.sha256:
+    if hashes.sha256 is not None and hashes.sha256.hexdigest() != entry.sha256:
         report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256", rule="R-CHK-8"))
-    if stored_zip is not None and zip_crc != stored_zip:
+    stored_zip = reader.source.zip_crc32(full)
+    if stored_zip is not None and hashes.zip_crc32 != stored_zip:
         report.add(_zip_crc_error(full))
 
 

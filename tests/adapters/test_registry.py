@@ -13,8 +13,8 @@ from opencheckpoint import Checkpoint, read_component
 from opencheckpoint.adapters import registry
 from opencheckpoint.adapters.base import framework_of
 from opencheckpoint.adapters.frameworks import get_framework
-from opencheckpoint.checkpoint import runtime_environment
 from opencheckpoint.errors import CheckpointError
+from opencheckpoint.producer import runtime_environment
 
 
 class ToyTensor:

@@ -118,11 +118,13 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_import_cycles_outside_the_adapters_package() -> None:
-    # Cycles inside opencheckpoint.adapters (base <-> frameworks <-> numpy_rng) belong to the framework
-    # registry work of issue 9 §3; every cycle that reaches any other module is an error here.
-    cycles = [c for c in _cycles(import_graph()) if not all(m.startswith(f"{ROOT}.adapters.") for m in c)]
-    assert cycles == []
+def test_no_import_cycles_anywhere_in_the_package() -> None:
+    # The adapters package included: its modules import each other one way (base re-exports the
+    # others; the framework modules reach base's helpers through the modules that own them).
+    graph = import_graph()
+    adapters = [m for m in graph if m.startswith(f"{ROOT}.adapters.")]
+    assert len(adapters) > 10 and any(graph[m] & set(adapters) for m in adapters)  # the adapters are in the graph
+    assert _cycles(graph) == []
 
 
 def test_the_core_never_imports_adapters_even_indirectly() -> None:

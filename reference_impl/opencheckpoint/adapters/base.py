@@ -30,18 +30,18 @@ it may still raise there).
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
 import numpy as np
 
 from ..errors import IncompatibleComponent
-from ..limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
-from . import registry
+from ..strict_json import is_json_value
+from . import numpy_rng, registry
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .dataclass_adapter import DataclassAdapter, is_dataclass_instance
+from .numpy_rng import is_random_state
 from .protocol import (
     Adapter,
     PreparedRestore,
@@ -103,24 +103,6 @@ class DumpLoadAdapter(Adapter):
 
         # The object's own load() reads the files: nothing can check beforehand that it accepts them.
         return PreparedRestore(apply, checked=False)
-
-
-def is_json_value(value: Any, depth: int = 1) -> bool:
-    """True for values that round-trip exactly through I-JSON (str keys, finite floats, safe ints)."""
-    if depth > JSON_MAX_DEPTH:
-        return False
-    kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return True
-    if kind is int:
-        return bool(abs(value) <= JSON_MAX_SAFE_INT)  # value is typed Any here: bool() keeps the result a bool
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        return all(type(k) is str and is_json_value(v, depth + 1) for k, v in value.items())
-    if kind is list:
-        return all(is_json_value(v, depth + 1) for v in value)
-    return False
 
 
 class JsonAdapter(Adapter):
@@ -221,14 +203,6 @@ def _refresh_in_place(value: Any, loaded: Any) -> None:
         value[:] = loaded
 
 
-def is_random_state(value: Any) -> bool:
-    """NumPy Generator / RandomState / BitGenerator or a Python ``random.Random``."""
-    import random
-
-    return isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
-                              random.Random))
-
-
 _TYPE_ADAPTERS: list[tuple[type, Adapter]] = []
 
 
@@ -261,8 +235,6 @@ def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | 
         if special is not None:
             return special
     if is_random_state(value):
-        from . import numpy_rng
-
         special = numpy_rng.adapter_for(value)
         if special is not None:
             return special

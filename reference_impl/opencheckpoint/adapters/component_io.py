@@ -165,7 +165,8 @@ class ComponentReader:
         if record.kind == "tree":
             decoded, data_file, size = self.reader.decoded_layout(self.name)
             if any(ref.nbytes for ref in decoded.arrays):
-                with self.reader.open_region(data_file, size) as region:
+                # The adapter's own load reads these bytes again (phase 2): a remote source keeps them.
+                with self.reader.open_region(data_file, size, again=True) as region:
                     verifier = ScratchVerifier(region, data_file)
                     for ref in decoded.arrays:
                         if ref.nbytes:

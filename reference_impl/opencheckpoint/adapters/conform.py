@@ -74,7 +74,7 @@ class Conformed:
             else:  # a torch tensor (the only other kind paired, see _fits)
                 import torch
 
-                from .torch import numpy_to_tensor
+                from .torch_tensors import numpy_to_tensor
 
                 with torch.no_grad():
                     live.copy_(numpy_to_tensor(stored))
@@ -198,7 +198,7 @@ def _fits(live: Any, stored: np.ndarray, framework: str) -> bool:
         return False
     import torch
 
-    from .torch import TORCH_DTYPE_NAMES
+    from .torch_tensors import TORCH_DTYPE_NAMES
 
     # copy_ refuses a tensor whose elements share memory (an expanded view, stride 0): checked here, in
     # phase 1, so phase 2 cannot fail after another component was written. Such a tensor is replaced.

@@ -62,11 +62,9 @@ def convert_leaf(value: Any) -> Any:
     entry = registry.for_type(type(value))
     if entry is not None:
         return importlib.import_module(entry.module).to_tree_value(value)
-    from .base import is_random_state
+    from . import numpy_rng
 
-    if is_random_state(value):
-        from . import numpy_rng
-
+    if numpy_rng.is_random_state(value):
         return numpy_rng.to_tree_value(value)
     return NOT_HANDLED
 

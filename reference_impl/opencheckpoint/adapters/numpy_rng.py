@@ -30,15 +30,24 @@ from __future__ import annotations
 import copy
 import functools
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import IncompatibleComponent
-from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
+from .protocol import Adapter, PreparedRestore
+
+if TYPE_CHECKING:  # annotations only: component_io imports the framework hooks, which import this module
+    from .component_io import ComponentReader, ComponentWriter
 
 #: Mersenne-Twister words plus the position, as ``random.Random.getstate()`` gives them.
 _PY_STATE_WORDS = 625
+
+
+def is_random_state(value: Any) -> bool:
+    """NumPy Generator / RandomState / BitGenerator or a Python ``random.Random``."""
+    return isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                              random.Random))
 
 
 def generator_state(value: np.random.Generator | np.random.BitGenerator) -> dict[str, Any]:

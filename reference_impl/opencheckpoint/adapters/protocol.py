@@ -14,10 +14,12 @@ import abc
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import registry
-from .component_io import ComponentReader, ComponentWriter
+
+if TYPE_CHECKING:  # annotations only: component_io imports the framework hooks, which reach this module
+    from .component_io import ComponentReader, ComponentWriter
 
 
 @dataclass

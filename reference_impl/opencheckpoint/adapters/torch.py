@@ -46,7 +46,9 @@ from ..restore_hints import suggest
 from ..restore_plan import RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue
-from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore, read_state, write_state
+from .component_io import ComponentReader, ComponentWriter
+from .protocol import Adapter, PreparedRestore
+from .state_dict import read_state, write_state
 from .torch_tensors import (
     _VIEWS,
     FRAMEWORK,
@@ -316,7 +318,7 @@ def _version_metadata(state: Any) -> dict[str, Any] | None:
     is written exactly as before versions were kept; loading restores the
     default for every prefix not recorded.
     """
-    from .base import is_json_value
+    from ..strict_json import is_json_value
 
     metadata = getattr(state, "_metadata", None)
     if metadata is None:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import abc
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConcurrentModification, IntegrityError, MissingFile, NotACheckpoint
+from ..integrity import CHUNK_BYTES
 from ..location import Location
 
 STAGING_MARK = ".oc-staging-"
@@ -59,6 +60,22 @@ class Source(abc.ABC):
         Array reads use this rather than :meth:`map_file`, so no page of the
         file stays resident in the process. The caller closes the region.
         """
+
+    def open_region_kept(self, rel: str, size: int) -> FileRegion:
+        """:meth:`open_region` for bytes that will be read again while the source is open (a verify-first
+        restore reads its targets' bytes to check them, then to fill them). Here the second read comes from
+        the page cache; a remote source keeps what this region fetches, so each range is fetched once."""
+        return self.open_region(rel, size)
+
+    def read_chunks(self, rel: str, size: int) -> Iterator[memoryview]:
+        """The file's bytes in order (exactly ``size`` of them), one chunk at a time, for one pass over them.
+
+        Here slices of :meth:`map_file`; a remote source fetches each chunk by byte range
+        instead, so the memory a pass takes is one chunk, not the file.
+        """
+        view = self.map_file(rel, size)
+        for start in range(0, size, CHUNK_BYTES):
+            yield view[start : start + CHUNK_BYTES]
 
     def lazy_data(self, rel: str, size: int) -> memoryview | FileRegion:
         """What lazy arrays read from: a map (local forms), or a region read by byte range (remote)."""

@@ -11,7 +11,6 @@ PRNG keys, complex numbers, ``files`` components) is listed in
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -111,50 +110,66 @@ def export(
     if to not in EXPORT_FORMATS:
         raise ConversionError(f"unknown export format {to!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
     target = Path(dst)
-    result = ExportResult(path=target)
-    tensors: dict[str, np.ndarray] = {}
-    values: dict[str, Any] = {}
-    with CheckpointReader(src) as reader, contextlib.ExitStack() as reporting_read:
+    collected = _Collected(str(src), to, ExportResult(path=target))
+    with CheckpointReader(src) as reader:
         names = list(reader.components)
         if component is not None:
             reader.record(component)  # raises, naming the components there are
             names = [component]
-        reporting_read.enter_context(reporting(progress, files_bytes(reader.record(n) for n in names),
-                                               f"exporting {target.name}"))
-        for name in names:
-            record = reader.record(name)
-            prefix = "" if component is not None else name
-            if record.kind == "json":
-                values[prefix or name] = reader.json(name)
-                continue
-            if record.kind != "tree":
-                result.skipped[prefix or name] = f"a {record.kind!r} component (files, not arrays)"
-                continue
-            stored = reader.read(name)
-            advance(files_bytes([record]))
-            for path, leaf in _leaves(stored, prefix, _Names(str(src), name)):
-                if path in tensors or path in values:
-                    raise ConversionError(f"two values export under the name {path!r}", file=str(src),
-                                          field=f"components.{name}")
-                if isinstance(leaf, np.ndarray):
-                    if to == "safetensors" and leaf.dtype == np.complex128:
-                        result.skipped[path] = "complex128 has no safetensors dtype"
-                    else:
-                        tensors[path] = np.require(leaf, requirements="C")  # keeps 0-d arrays 0-d
-                elif isinstance(leaf, np.generic):
-                    tensors[path] = np.asarray(leaf)
-                elif isinstance(leaf, _SCALARS) and not (isinstance(leaf, float) and not np.isfinite(leaf)):
-                    values[path] = leaf
-                else:
-                    result.skipped[path] = f"a {type(leaf).__name__} has no {to} equivalent"
+        with reporting(progress, files_bytes(reader.record(n) for n in names), f"exporting {target.name}"):
+            for name in names:
+                collected.component(reader, name, "" if component is not None else name)
         manifest_metadata = reader.manifest.get("metadata") or {}
-    result.tensors = list(tensors)
-    result.values = list(values)
+    result = collected.result
+    result.tensors = list(collected.tensors)
+    result.values = list(collected.values)
     if to == "safetensors":
-        _write_safetensors(target, tensors, values, manifest_metadata)
+        _write_safetensors(target, collected.tensors, collected.values, manifest_metadata)
     else:
-        _write_torch(target, tensors, values)
+        _write_torch(target, collected.tensors, collected.values)
     return result
+
+
+class _Collected:
+    """What an export gathers from the checkpoint before it writes: arrays, plain values, what it left out."""
+
+    def __init__(self, src: str, to: ExportFormat, result: ExportResult) -> None:
+        self.src = src
+        self.to = to
+        self.result = result
+        self.tensors: dict[str, np.ndarray] = {}
+        self.values: dict[str, Any] = {}
+
+    def component(self, reader: CheckpointReader, name: str, prefix: str) -> None:
+        """Every leaf of one component under its export name (``prefix`` + tree path); ``json`` values whole."""
+        record = reader.record(name)
+        if record.kind == "json":
+            self.values[prefix or name] = reader.json(name)
+            return
+        if record.kind != "tree":
+            self.result.skipped[prefix or name] = f"a {record.kind!r} component (files, not arrays)"
+            return
+        stored = reader.read(name)
+        advance(files_bytes([record]))
+        for path, leaf in _leaves(stored, prefix, _Names(self.src, name)):
+            if path in self.tensors or path in self.values:
+                raise ConversionError(f"two values export under the name {path!r}", file=self.src,
+                                      field=f"components.{name}")
+            self.leaf(path, leaf)
+
+    def leaf(self, path: str, leaf: Any) -> None:
+        """An array becomes a tensor, a finite scalar a value; anything else is listed as skipped, with why."""
+        if isinstance(leaf, np.ndarray):
+            if self.to == "safetensors" and leaf.dtype == np.complex128:
+                self.result.skipped[path] = "complex128 has no safetensors dtype"
+            else:
+                self.tensors[path] = np.require(leaf, requirements="C")  # keeps 0-d arrays 0-d
+        elif isinstance(leaf, np.generic):
+            self.tensors[path] = np.asarray(leaf)
+        elif isinstance(leaf, _SCALARS) and not (isinstance(leaf, float) and not np.isfinite(leaf)):
+            self.values[path] = leaf
+        else:
+            self.result.skipped[path] = f"a {type(leaf).__name__} has no {self.to} equivalent"
 
 
 def _write_safetensors(target: Path, tensors: dict[str, np.ndarray], values: dict[str, Any],

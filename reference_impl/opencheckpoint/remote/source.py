@@ -4,7 +4,10 @@ A checkpoint on an object store is a *prefix*: its files are the objects below
 it, ``manifest.json`` among them. :class:`RemoteSource` lists them (step 10),
 reads whole small files, and hands array reads a :class:`RemoteRegion` that
 fetches byte ranges (``cat_file(path, start, end)``: one ranged GET on S3, no
-block cache), so a lazy read of one array moves that array's bytes only. There
+block cache), so a lazy read of one array moves that array's bytes only. Bytes
+that a load reads twice (a verify-first restore into live arrays) are kept on
+local disk after their first fetch (:mod:`.spill`), and ``validate`` streams
+each file once in bounded ranges (:meth:`RemoteSource.read_chunks`). There
 are no symbolic links or special files on an object store: every object is a
 regular file, and an unlisted one is an :class:`~opencheckpoint.errors.ExtraFile`
 as in the local form.
@@ -17,7 +20,7 @@ defect of the checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
@@ -26,9 +29,11 @@ from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
 from ..manifest import MANIFEST_NAME
 from .failures import is_storage_error, storage_error
 from .fspath import FsPath, is_folder_marker
+from .spill import Spill
 
 #: Reads of a whole-component load smaller than this fetch this much ahead (one request per window,
-#: not one per 1 MiB chunk); lazy reads of single arrays fetch exactly their range.
+#: not one per 1 MiB chunk); lazy reads of single arrays fetch exactly their range. ``validate`` streams
+#: each file in ranges of this size, so its memory is one range whatever the file's size.
 READ_AHEAD_BYTES = 16 << 20
 
 
@@ -42,8 +47,8 @@ class RemoteSource(Source):
         self.location = location
         #: files the inventory found: one of them missing later means the checkpoint was deleted
         self._listed: frozenset[str] = frozenset()
-        #: the last whole file read by :meth:`map_file` (validate reads ``data.bin`` twice)
-        self._cached: tuple[str, bytes] | None = None
+        #: files some of whose ranges will be read again: the ranges fetched so far, kept (:meth:`open_region_kept`)
+        self._spills: dict[str, Spill] = {}
 
     def read_manifest(self) -> bytes:
         key = self.location.key(MANIFEST_NAME)
@@ -116,13 +121,32 @@ class RemoteSource(Source):
         return data
 
     def map_file(self, rel: str, size: int) -> memoryview:
-        """The whole object, fetched into memory (there is nothing to map): ``validate`` reads every byte."""
-        if self._cached is None or self._cached[0] != rel:
-            self._cached = (rel, self.read_file(rel, size))
-        return memoryview(self._cached[1])
+        """The whole object, fetched into memory (there is nothing to map): views of a whole file (``copy=False``
+        reads, shard files) need it; ``validate`` and array reads fetch by range instead."""
+        return memoryview(self.read_file(rel, size))
+
+    def read_chunks(self, rel: str, size: int) -> Iterator[memoryview]:
+        """The object in ranges of :data:`READ_AHEAD_BYTES`, each fetched when the previous one was used.
+
+        The last request asks for one byte more than the manifest lists, so an object that grew
+        since the inventory is reported (R-CHK-6) as when it is read whole.
+        """
+        for start in range(0, size, READ_AHEAD_BYTES):
+            end = min(size, start + READ_AHEAD_BYTES)
+            data = self._fetch(rel, start, end + 1 if end == size else end)
+            if len(data) != end - start:
+                raise size_mismatch(rel, start + len(data), size)
+            yield memoryview(data)
 
     def open_region(self, rel: str, size: int) -> FileRegion:
-        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES)
+        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES, spill=self._spills.get(rel))
+
+    def open_region_kept(self, rel: str, size: int) -> FileRegion:
+        """A region whose fetched ranges are kept (:mod:`.spill`) for every later region of the file."""
+        spill = self._spills.get(rel)
+        if spill is None:
+            spill = self._spills[rel] = Spill(rel)
+        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES, spill=spill, keep=True)
 
     def lazy_data(self, rel: str, size: int) -> FileRegion:
         return RemoteRegion(self, rel, size, window=0)
@@ -132,20 +156,29 @@ class RemoteSource(Source):
         return self._fetch(rel, start, end)
 
     def close(self) -> None:
-        self._cached = None
+        for spill in self._spills.values():
+            spill.close()
+        self._spills.clear()
 
 
 class RemoteRegion(FileRegion):
-    """A remote file read by byte range into caller buffers, optionally ``window`` bytes ahead at a time."""
+    """A remote file read by byte range into caller buffers, optionally ``window`` bytes ahead at a time.
 
-    __slots__ = ("_source", "_window", "_ahead", "_ahead_start")
+    With a ``spill``, ranges it holds are read from it instead of fetched; with ``keep``, every range
+    fetched is added to it.
+    """
 
-    def __init__(self, source: RemoteSource, rel: str, size: int, *, window: int) -> None:
+    __slots__ = ("_source", "_window", "_ahead", "_ahead_start", "_spill", "_keep")
+
+    def __init__(self, source: RemoteSource, rel: str, size: int, *, window: int, spill: Spill | None = None,
+                 keep: bool = False) -> None:
         super().__init__(-1, 0, size, rel, owns_fd=False)
         self._source = source
         self._window = window
         self._ahead = b""
         self._ahead_start = 0
+        self._spill = spill
+        self._keep = keep
 
     def readinto(self, buffer: Any, offset: int) -> None:
         view = memoryview(buffer).cast("B")
@@ -156,16 +189,31 @@ class RemoteRegion(FileRegion):
             return
         ahead_end = self._ahead_start + len(self._ahead)
         if not (self._ahead_start <= offset and offset + want <= ahead_end):
-            end = min(self.size, offset + max(want, self._window))
-            data = self._source.fetch_range(self.rel, offset, end)
-            if len(data) != end - offset:  # the object shrank after the inventory
-                raise size_mismatch(self.rel, offset + len(data), self.size)
+            if self._spill is not None and self._spill.covers(offset, offset + want):
+                self._spill.readinto(view, offset)  # fetched before by a kept region of this file
+                return
+            data = self._fetch_from(offset, want)
             if want >= self._window:
                 view[:] = data
                 return
             self._ahead, self._ahead_start = data, offset
         start = offset - self._ahead_start
         view[:] = memoryview(self._ahead)[start : start + want]
+
+    def _fetch_from(self, offset: int, want: int) -> bytes:
+        """The bytes from ``offset`` to the end of the next window (at least ``want``), each byte fetched once:
+        a read that begins inside the current window fetches only what follows it."""
+        ahead_end = self._ahead_start + len(self._ahead)
+        begin, head = offset, b""
+        if self._ahead_start <= offset < ahead_end:
+            begin, head = ahead_end, self._ahead[offset - self._ahead_start :]
+        end = min(self.size, offset + max(want, self._window))
+        data = self._source.fetch_range(self.rel, begin, end)
+        if len(data) != end - begin:  # the object shrank after the inventory
+            raise size_mismatch(self.rel, begin + len(data), self.size)
+        if self._keep and self._spill is not None:
+            self._spill.write(begin, data)
+        return head + data if head else data
 
     def close(self) -> None:
         self._ahead = b""

@@ -152,14 +152,29 @@ def check_layout(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.b
         raise errors[0]
 
 
-def check_padding(arrays: Sequence[ArrayRef], data: memoryview) -> None:
-    """R-ARR-12: every byte of data.bin outside an array extent is zero."""
+def padding_gaps(arrays: Sequence[ArrayRef], size: int) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` of a data file of ``size`` bytes outside every array extent."""
+    gaps: list[tuple[int, int]] = []
     position = 0
     for offset, nbytes in sorted({(r.offset, r.nbytes) for r in arrays if r.nbytes}):
-        if offset > position and np.frombuffer(data[position:offset], dtype=np.uint8).any():
-            raise ArrayLayoutError(f"padding bytes [{position}, {offset}) are not all zero", field="$",
-                                   rule="R-ARR-12")
+        if offset > position:
+            gaps.append((position, offset))
         position = max(position, offset + nbytes)
-    if position < len(data) and np.frombuffer(data[position:], dtype=np.uint8).any():
-        raise ArrayLayoutError(f"bytes after the last extent [{position}, {len(data)}) are not zero", field="$",
-                               rule="R-ARR-12")
+    if position < size:
+        gaps.append((position, size))
+    return gaps
+
+
+def padding_error(start: int, end: int, size: int) -> ArrayLayoutError:
+    """R-ARR-12 for the gap ``[start, end)`` of a data file of ``size`` bytes that holds a non-zero byte."""
+    if end == size:  # the gap after the last extent (or the whole file, when it holds no array bytes)
+        return ArrayLayoutError(f"bytes after the last extent [{start}, {end}) are not zero", field="$",
+                                rule="R-ARR-12")
+    return ArrayLayoutError(f"padding bytes [{start}, {end}) are not all zero", field="$", rule="R-ARR-12")
+
+
+def check_padding(arrays: Sequence[ArrayRef], data: memoryview) -> None:
+    """R-ARR-12: every byte of data.bin outside an array extent is zero."""
+    for start, end in padding_gaps(arrays, len(data)):
+        if np.frombuffer(data[start:end], dtype=np.uint8).any():
+            raise padding_error(start, end, len(data))
