@@ -15,8 +15,8 @@ reported afterwards, in the order the spec's validation order gives them
 >>> ref = ArrayRef("uint8", (2,), 0, 2, crc32c.crc32c(b"ab"), "$.a")
 >>> scan = FileScan([ref], 4, FileHashes(sha256=False, zip_crc32=False))
 >>> scan.feed(memoryview(b"ab\\x00\\x01"), 0)
->>> [str(error) for error in scan.array_errors([ref], "data.bin")], str(scan.padding_error("data.bin"))
-([], 'ArrayLayoutError: data.bin: $: bytes after the last extent [2, 4) are not zero [R-ARR-12]')
+>>> scan.array_errors([ref], "data.bin"), str(scan.padding_error("data.bin"))
+([None], 'ArrayLayoutError: data.bin: $: bytes after the last extent [2, 4) are not zero [R-ARR-12]')
 """
 
 from __future__ import annotations

@@ -98,6 +98,19 @@ def test_a_lazy_read_of_one_array_fetches_its_byte_range(s3: Any, count_fetches:
     assert ranged == [(bias.ref.offset, bias.ref.offset + 56)]
 
 
+def test_validate_and_a_load_into_live_arrays_each_get_data_bin_once(
+    s3: Any, count_fetches: Callable[[Any], Any]
+) -> None:
+    saved = Checkpoint(model=_state()).save(FsPath(s3, f"{s3.test_bucket}/ckpt"))
+    size = int(s3.info(saved.key("components/model/data.bin"))["size"])
+    counter = count_fetches(s3)
+    assert validate(saved).ok
+    assert counter.fetched("data.bin") == size  # was two whole-object GETs
+    live = {"w": np.zeros(1 << 16, np.float32), "bias": np.zeros(7), "step": 0}
+    assert Checkpoint(model=live).load(saved).loaded == {"model"} and live["w"][-1] == (1 << 16) - 1
+    assert counter.fetched("data.bin") == 2 * size  # the load's verify and fill phases: one GET of the bytes
+
+
 def test_rotation_and_resume_on_s3(s3: Any) -> None:
     directory = FsPath(s3, f"{s3.test_bucket}/run")
     run = RunCheckpointer(Checkpoint(model=_state()), directory, interval=10, keep_last=2)
