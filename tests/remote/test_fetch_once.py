@@ -12,6 +12,7 @@ import pytest
 from remote_fetches import FetchCounter
 
 from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, read_component, validate
+from opencheckpoint.adapters import Adapter
 from opencheckpoint.remote import FsPath
 from opencheckpoint.remote import source as remote_source
 
@@ -116,3 +117,27 @@ def test_read_component_fetches_each_byte_once_when_reads_cross_a_window(
     fetches = _data_fetches(counter)
     assert sum(n for *_, n in fetches) == _size(memfs, saved, "model")  # the 1 MiB reads crossing a window end
     assert all(n <= 3 * MiB for *_, n in fetches)
+
+
+class _OnePhase(Adapter):
+    """An adapter that defines only the one-phase ``load``: phase 1 verifies its bytes, phase 2 reads them."""
+
+    def save(self, value: Any, writer: Any) -> None:
+        writer.write_tree(value)
+
+    def load(self, value: Any, reader: Any, *, strict: str) -> Any:
+        stored = reader.tree()
+        value.update(stored)
+        return value
+
+
+def test_a_one_phase_adapters_load_reads_the_bytes_its_check_fetched(
+    mem_url: str, memfs: Any, count_fetches: Callable[[Any], FetchCounter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote_source, "READ_AHEAD_BYTES", 64 << 10)
+    saved = Checkpoint().register("m", {"w": np.arange(50_000.0)}, _OnePhase()).save(f"{mem_url}/ckpt")
+    live: dict[str, Any] = {}
+    counter = count_fetches(memfs)
+    assert Checkpoint().register("m", live, _OnePhase()).load(saved).loaded == {"m"}
+    assert live["w"][-1] == 49_999.0
+    assert sum(n for *_, n in _data_fetches(counter)) == _size(memfs, saved, "m")
