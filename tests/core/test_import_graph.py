@@ -19,7 +19,7 @@ ROOT = "opencheckpoint"
 CORE = (
     "errors", "limits", "paths", "strict_json", "integrity", "crc_combine", "dtypes", "models", "manifest",
     "migrations", "location", "rules", "container", "tree", "opening", "steps", "arrays", "validate", "inspect",
-    "sharding",
+    "sharding", "file_scan",
 )
 
 
