@@ -115,8 +115,11 @@ class JaxFramework:
 
     def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         _check_x64(dtype_name(data.dtype))
+        where = placement(map_location)
+        if isinstance(where, jax.sharding.Sharding):
+            jax_sharding.check_layout(data.shape, where)  # an uneven sharding: a clear error, not JAX's ValueError
         try:
-            placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+            placed: jax.Array = jax.device_put(data, where)  # typed Any by jax
         except ValueError as exc:
             if data.size:
                 raise
@@ -128,7 +131,10 @@ class JaxFramework:
     def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         if impl not in KEY_IMPLS:
             raise IncompatibleComponent(f"PRNG key implementation {impl!r} is not one JAX provides")
-        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, placement(map_location)), impl=impl)
+        where = placement(map_location)
+        if isinstance(where, jax.sharding.Sharding):  # placed as the key data is: an uneven one refused
+            jax_sharding.check_layout(data.shape, where)
+        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, where), impl=impl)
         return key
 
     def dtype(self, name: str) -> np.dtype:
