@@ -7,7 +7,9 @@ writes: its local tensor at the global offset its placements give
 does). A block replicated over a mesh dimension (``Replicate()``) is written by
 the lowest rank holding it, the rank at coordinate 0 of every such dimension;
 the others contribute no shard. ``Partial()`` placements (pending reductions)
-are refused: their local tensors are not values of the array.
+are refused: their local tensors are not values of the array. A rank whose
+``_StridedShard`` placements scatter its rows writes one shard per contiguous
+box of them (:mod:`.torch_strided`).
 
 Loading (resharding: the checkpoint may have been written by any number of
 ranks, or by one process): :func:`read_module_state` reads a module's state dict
