@@ -1,8 +1,9 @@
-"""Two JAX processes (``jax.distributed`` on CPU, loopback, gloo) save one sharded checkpoint; one process loads it.
+"""Two and four JAX processes (``jax.distributed`` on CPU, loopback, gloo) save one sharded checkpoint; one
+process loads it.
 
-Each worker has 4 CPU devices, so the global mesh has 8 (4x2, ``P('x', 'y')``); each process writes only
-its own shards and the coordinator (process 0) publishes once; then each process restores its own devices'
-blocks of another layout. Bounded: every wait has a timeout.
+The global mesh always has 8 CPU devices (4x2, ``P('x', 'y')``): 4 in each of 2 processes, or 2 in each of
+4; each process writes only its own shards and the coordinator (process 0) publishes once; then each
+process restores its own devices' blocks of another layout. Bounded: every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ pytestmark = pytest.mark.jax
 
 WORKER = textwrap.dedent("""
     import os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    nproc = int(sys.argv[5])
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 // nproc}"
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     port, process_id, path, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process_id,
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=process_id,
                                initialization_timeout=60)
     from opencheckpoint import Checkpoint
     from opencheckpoint.adapters.jax_collective import JaxCollective
-    from opencheckpoint.errors import CheckpointError
+    from opencheckpoint.errors import CheckpointError, UnsupportedValue
 
     full = np.arange(64, dtype=np.float32).reshape(8, 8)
     mesh = jax.make_mesh((4, 2), ("x", "y"))
@@ -70,6 +72,14 @@ WORKER = textwrap.dedent("""
         assert (np.asarray(shard.data) == full[shard.index]).all(), shard.index
     assert (np.asarray(restored["bias"].addressable_data(0)) == full[0]).all()
     print("saved and restored", flush=True)
+    # PRNG keys sharded over the processes: no process holds their whole data, which a key node stores
+    key_data = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(0), 8)))
+    keys = jax.random.wrap_key_data(jax.make_array_from_callback((8, 2), NamedSharding(mesh, P("x")),
+                                                                 lambda index: key_data[index]))
+    try:
+        Checkpoint(state={"k": keys}).save(path + "-keys", timeout=timeout)
+    except UnsupportedValue as exc:
+        print(f"keys refused: {exc}", flush=True)
     os._exit(0)  # no shutdown handshake: the other process may already be gone
 """)
 
@@ -81,14 +91,16 @@ def _free_port() -> int:
         return port
 
 
-def _launch(tmp_path: Path, target: Path, mode: str, timeout_s: float) -> list[subprocess.CompletedProcess[str]]:
+def _launch(tmp_path: Path, target: Path, mode: str, timeout_s: float,
+            nproc: int = 2) -> list[subprocess.CompletedProcess[str]]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = str(_free_port())
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "OC_TEST_TIMEOUT": str(timeout_s)}
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(script), port, str(rank), str(target), mode], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, str(script), port, str(rank), str(target), mode, str(nproc)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(nproc)]
     done = []
     try:
         for proc in procs:
@@ -102,14 +114,17 @@ def _launch(tmp_path: Path, target: Path, mode: str, timeout_s: float) -> list[s
     return done
 
 
-def test_two_processes_save_and_one_process_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("nproc", [2, 4], ids=["2-processes", "4-processes"])
+def test_processes_save_and_one_process_loads(tmp_path: Path, nproc: int) -> None:
     target = tmp_path / "ckpt"
-    done = _launch(tmp_path, target, "save", 60)
-    assert [d.returncode for d in done] == [0, 0], [d.stderr[-2000:] for d in done]
+    done = _launch(tmp_path, target, "save", 60, nproc)
+    assert [d.returncode for d in done] == [0] * nproc, [d.stderr[-2000:] for d in done]
     assert all("saved and restored" in d.stdout for d in done)
+    assert all("keys refused: " in d.stdout and "sharded over several processes" in d.stdout for d in done)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "worker.py"]  # keys: nothing published, no debris
     assert json.loads((target / "manifest.json").read_text())["format_version"] == 2
     ranks = sorted(p.name for p in target.rglob("rank-*.bin"))
-    assert ranks == ["rank-00000.bin", "rank-00001.bin"]  # each process wrote its own shards
+    assert ranks == [f"rank-{rank:05d}.bin" for rank in range(nproc)]  # each process wrote its own shards
     full = np.arange(64, dtype=np.float32).reshape(8, 8)
     with open_checkpoint(target) as ckpt:
         stored = ckpt.tree("state")["rows"]

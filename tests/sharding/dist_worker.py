@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.placement_types import _StridedShard
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.container import publish
@@ -48,7 +49,8 @@ def train_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 
 def extras(world: int) -> dict[str, object]:
-    """DTensors on a 1-D mesh (Shard(0), Replicate()) and, with 4 ranks, on a 2x2 mesh; a plain tensor."""
+    """DTensors on a 1-D mesh (Shard(0), Replicate()) and, with 4 ranks, on a 2x2 mesh and with scattered
+    _StridedShard rows; a plain tensor."""
     full = torch.arange(48, dtype=torch.float32).reshape(6, 8)
     mesh = init_device_mesh("cpu", (world,))
     values: dict[str, object] = {"rows": distribute_tensor(full, mesh, [Shard(0)]),
@@ -58,6 +60,11 @@ def extras(world: int) -> dict[str, object]:
         grid = init_device_mesh("cpu", (2, 2))
         values["grid"] = distribute_tensor(full * 3, grid, [Shard(0), Shard(1)])
         values["half"] = distribute_tensor(full * 4, grid, [Replicate(), Shard(1)])
+        # _StridedShard placements that scatter a rank's rows (rank 0: rows 0 and 3; rows 0 and 2 on the grid)
+        # (src_data_rank=None: each rank splits its own copy; torch scatters only evenly divisible strided dims)
+        values["strided"] = distribute_tensor(full * 5, mesh, [_StridedShard(0, split_factor=2)], src_data_rank=None)
+        values["strided_grid"] = distribute_tensor(full * 6, grid, [Shard(0), _StridedShard(0, split_factor=2)],
+                                                   src_data_rank=None)
     return values
 
 

@@ -111,3 +111,41 @@ def test_strided_shards_that_scatter_a_ranks_rows_are_refused_naming_the_placeme
     with pytest.raises(UnsupportedValue, match=r"_StridedShard.*not supported") as caught:
         strided_block_is_contiguous((8, 6), (2,), (0,), (_StridedShard(0, split_factor=2),))  # rows 0, 1, 4, 5
     assert "[0, 1, 4, 5]" in str(caught.value)
+
+
+@pytest.mark.parametrize(("shape", "mesh_shape", "placements", "count"), [
+    ((6, 8), (4,), "strided", 6), ((6, 8), (2, 2), "shard-strided", 6), ((7, 5), (2, 2), "strided-shard", 4),
+    ((5, 9), (2,), "strided-columns", 4)])
+def test_scattered_strided_rows_become_one_shard_per_run_that_tile_the_array(
+        shape: tuple[int, int], mesh_shape: tuple[int, ...], placements: str, count: int) -> None:
+    """(FSDP2 + TP, "strided-shard", keeps one block per rank; the others scatter a rank's rows or columns.)"""
+    import itertools
+
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from opencheckpoint.adapters.torch_strided import dim_indices, local_blocks
+    from opencheckpoint.tree.shard_plan import check_cover
+
+    strided = _StridedShard(0, split_factor=2)
+    chosen = {"strided": (strided,), "shard-strided": (Shard(0), strided), "strided-shard": (strided, Shard(0)),
+              "strided-columns": (_StridedShard(1, split_factor=2),)}[placements]
+    full = np.arange(int(np.prod(shape))).reshape(shape)
+    rebuilt = np.full(shape, -1)
+    records = []
+    for coordinate in itertools.product(*(range(n) for n in mesh_shape)):
+        rows = dim_indices(shape, mesh_shape, coordinate, chosen)
+        local = full[np.ix_(*(rows.get(d, list(range(n))) for d, n in enumerate(shape)))]  # the rank's tensor
+        for start, offset, size in local_blocks(shape, mesh_shape, coordinate, chosen):
+            piece = local[tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))]
+            rebuilt[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))] = piece
+            records.append(["f", list(start), list(size), 0, piece.nbytes, len(records)])
+    check_cover(shape, records, "$.w")  # disjoint boxes covering every element: the coordinator's tiling check
+    np.testing.assert_array_equal(rebuilt, full)
+    assert len(records) == count  # one shard per run of consecutive rows (or columns) of each rank
+
+
+def test_runs_of_consecutive_indices() -> None:
+    from opencheckpoint.adapters.torch_strided import runs
+
+    assert runs([0, 1, 4, 5, 6, 9]) == [(0, 0, 2), (4, 2, 3), (9, 5, 1)]
+    assert runs([]) == []

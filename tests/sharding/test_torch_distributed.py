@@ -75,7 +75,7 @@ def test_four_ranks_save_fsdp2_parameters_optimizer_state_and_dtensors_as_sharde
         np.testing.assert_array_equal(optim["state"][index]["exp_avg"], expected[f"optim.{index}.exp_avg"])
     extra = read_raw(path, "extra")
     full = np.arange(48, dtype=np.float32).reshape(6, 8)
-    for key, factor in (("rows", 1), ("copy", 2), ("grid", 3), ("half", 4)):
+    for key, factor in (("rows", 1), ("copy", 2), ("grid", 3), ("half", 4), ("strided", 5), ("strided_grid", 6)):
         np.testing.assert_array_equal(extra[key], full * factor)
     np.testing.assert_array_equal(extra["plain"], np.arange(5))
     files = body["components"]["extra"]["files"]
@@ -84,8 +84,9 @@ def test_four_ranks_save_fsdp2_parameters_optimizer_state_and_dtensors_as_sharde
         f"shards/rank-0000{r}.bin" for r in range(4)]
     tree = (path / "components/extra/tree.msgpack").read_bytes()
     # rows: 6 rows in chunks of 2 leave rank 3 none (3 records); copy: replicated, written once; grid: a 2x2
-    # block each; half: replicated over the first mesh dimension, two column halves written once each.
-    assert tree.count(b"shards/rank-") == 3 + 1 + 4 + 2
+    # block each; half: replicated over the first mesh dimension, two column halves written once each;
+    # strided (rows 0+3, 1+4, 2+5, none) and strided_grid (rows 0+2, 1, 3+5, 4): one record per scattered row run.
+    assert tree.count(b"shards/rank-") == 3 + 1 + 4 + 2 + 6 + 6
     assert "shards/rank-00003.bin" in files
 
 

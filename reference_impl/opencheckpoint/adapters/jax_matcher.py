@@ -185,8 +185,11 @@ class TreeMatcher:
                 raise _Mismatch(f"stored {_describe(stored)} is not a PRNG key; target is {_describe(target)}")
             if stored.impl != impl or tuple(stored.data.shape[: len(target.shape)]) != tuple(target.shape):
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
-            key = FRAMEWORK.prng_key(stored.impl, jax_sharding.host_copy(np.asarray(stored.data)),
-                                    map_location=self._where(target))
+            try:
+                key = FRAMEWORK.prng_key(stored.impl, jax_sharding.host_copy(np.asarray(stored.data)),
+                                        map_location=self._where(target))
+            except IncompatibleComponent as exc:  # e.g. an uneven target sharding
+                raise _Mismatch(exc.message) from None
             if key.shape != target.shape:
                 raise _Mismatch(f"stored {_describe(stored)} does not fit {_describe(target)}")
             return key
@@ -233,6 +236,10 @@ class TreeMatcher:
         if tuple(handle.shape) != tuple(target.shape) or numpy_dtype(handle.dtype) != np.dtype(target.dtype):
             return None
         _check_x64(handle.dtype)
+        try:
+            jax_sharding.check_layout(tuple(target.shape), sharding)
+        except IncompatibleComponent as exc:  # JAX cannot build this target (an uneven sharding): named by path
+            raise _Mismatch(exc.message) from None
         array = jax_sharding.assemble(handle, sharding, verify=self.verify)
         return _weak(array) if getattr(target, "weak_type", False) else array
 

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from ..dtypes import dtype_name
-from ..errors import UnsupportedValue
+from ..errors import IncompatibleComponent, UnsupportedValue
 from ..sharding import LocalShard, ShardedValue
 
 Region = tuple[tuple[int, ...], tuple[int, ...]]
@@ -59,14 +59,40 @@ def index_region(index: tuple[slice, ...], shape: tuple[int, ...]) -> Region:
 
 
 def sharded_value(value: jax.Array) -> ShardedValue:
-    """This process's share of ``value``: each addressable shard whose ``replica_id`` is 0, once."""
+    """This process's share of ``value``: each addressable shard whose ``replica_id`` is 0, once.
+
+    Each shard is stored with the region its index names, so blocks of unequal sizes (an uneven
+    sharding: 10 rows over 4 devices as 3, 3, 3, 1) are stored as they are; a device buffer that is not
+    exactly its region (padded) is refused rather than stored with its padding.
+    """
     shape = tuple(value.shape)
-    shards = [
-        LocalShard(index_region(shard.index, shape)[0], np.asarray(shard.data))
-        for shard in value.addressable_shards
-        if shard.replica_id == 0
-    ]
+    shards = []
+    for shard in value.addressable_shards:
+        if shard.replica_id != 0:
+            continue
+        start, size = index_region(shard.index, shape)
+        data = np.asarray(shard.data)
+        if tuple(data.shape) != size:
+            raise UnsupportedValue(f"the device buffer of the block at {list(start)} has shape {list(data.shape)}, "
+                                   f"its index {shard.index} names {list(size)} (a padded uneven shard); "
+                                   "reshard the array evenly or gather it before saving")
+        shards.append(LocalShard(start, data))
     return ShardedValue(shape, dtype_name(np.dtype(value.dtype)), shards)
+
+
+def check_layout(shape: tuple[int, ...], sharding: jax.sharding.Sharding) -> None:
+    """Refuse a target sharding JAX cannot build for ``shape`` (IncompatibleComponent), before any read.
+
+    JAX builds only even shardings: every sharded dimension divisible by its mesh axes (a
+    ``ShapeDtypeStruct`` accepts ``(10, 3)`` with ``P('x')`` over 4 devices, but no array can have it).
+    """
+    try:
+        sharding.shard_shape(tuple(shape))
+    except ValueError as exc:
+        reason = str(exc).split(" (full shape", 1)[0].splitlines()[0]
+        raise IncompatibleComponent(
+            f"JAX cannot lay out an array of shape {list(shape)} with this sharding: {reason}; choose a sharding "
+            "whose mesh axes divide every sharded dimension (or replicate that dimension)") from None
 
 
 def target_sharding(target: Any) -> jax.sharding.Sharding | None:
@@ -107,6 +133,7 @@ def assemble(handle: RegionReader, sharding: jax.sharding.Sharding, *, verify: b
     Replicas of one block (the same region on several devices) are read once.
     """
     shape = tuple(handle.shape)
+    check_layout(shape, sharding)
     blocks: dict[Region, np.ndarray] = {}
 
     def block(index: tuple[slice, ...] | None) -> np.ndarray:
@@ -122,6 +149,7 @@ def assemble(handle: RegionReader, sharding: jax.sharding.Sharding, *, verify: b
 __all__ = [
     "RegionReader",
     "assemble",
+    "check_layout",
     "host_copy",
     "index_region",
     "is_handle",

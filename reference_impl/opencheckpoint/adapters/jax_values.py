@@ -60,11 +60,29 @@ def _host_array(value: jax.Array) -> np.ndarray:
     return np.asarray(value)
 
 
+def _key_data(keys: jax.Array) -> np.ndarray:
+    """The whole ``uint32`` data of a key array: a key node holds its data as one array (spec R-TREE-26).
+
+    Keys sharded over this process's devices are gathered here (they are small); keys sharded over
+    several processes have no whole copy in any process and are refused with the two fixes.
+    """
+    data = jax.random.key_data(keys)
+    if not isinstance(data, jax.core.Tracer) and not data.is_fully_addressable \
+            and not data.sharding.is_fully_replicated:
+        raise UnsupportedValue(
+            f"a PRNG key array of shape {list(keys.shape)} sharded over several processes cannot be saved: a key "
+            "node stores its data whole (R-TREE-26) and no process holds all of it; replicate the keys first "
+            "(jax.jit(lambda k: k, out_shardings=NamedSharding(mesh, P()))(keys)), or save "
+            "jax.random.key_data(keys) (an array, saved shard by shard) and rebuild the keys with "
+            "jax.random.wrap_key_data after the restore")
+    return _host_array(data)
+
+
 def to_tree_value(value: Any) -> Any:
     """Tree-vocabulary replacement for a JAX/Flax/optax object, or ``NOT_HANDLED``."""
     if isinstance(value, jax.Array):
         if is_key(value):
-            return PRNGKeyValue(key_impl_name(value.dtype), _host_array(jax.random.key_data(value)))
+            return PRNGKeyValue(key_impl_name(value.dtype), _key_data(value))
         if not isinstance(value, jax.core.Tracer) and jax_sharding.is_sharded(value):
             return jax_sharding.sharded_value(value)  # shard by shard; format version 2 (tag 10)
         return _host_array(value)
@@ -115,8 +133,11 @@ class JaxFramework:
 
     def array(self, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         _check_x64(dtype_name(data.dtype))
+        where = placement(map_location)
+        if isinstance(where, jax.sharding.Sharding):
+            jax_sharding.check_layout(data.shape, where)  # an uneven sharding: a clear error, not JAX's ValueError
         try:
-            placed: jax.Array = jax.device_put(data, placement(map_location))  # typed Any by jax
+            placed: jax.Array = jax.device_put(data, where)  # typed Any by jax
         except ValueError as exc:
             if data.size:
                 raise
@@ -128,7 +149,10 @@ class JaxFramework:
     def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> jax.Array:
         if impl not in KEY_IMPLS:
             raise IncompatibleComponent(f"PRNG key implementation {impl!r} is not one JAX provides")
-        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, placement(map_location)), impl=impl)
+        where = placement(map_location)
+        if isinstance(where, jax.sharding.Sharding):  # placed as the key data is: an uneven one refused
+            jax_sharding.check_layout(data.shape, where)
+        key: jax.Array = jax.random.wrap_key_data(jax.device_put(data, where), impl=impl)
         return key
 
     def dtype(self, name: str) -> np.dtype:

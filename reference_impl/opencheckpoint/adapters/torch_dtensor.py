@@ -7,7 +7,9 @@ writes: its local tensor at the global offset its placements give
 does). A block replicated over a mesh dimension (``Replicate()``) is written by
 the lowest rank holding it, the rank at coordinate 0 of every such dimension;
 the others contribute no shard. ``Partial()`` placements (pending reductions)
-are refused: their local tensors are not values of the array.
+are refused: their local tensors are not values of the array. A rank whose
+``_StridedShard`` placements scatter its rows writes one shard per contiguous
+box of them (:mod:`.torch_strided`).
 
 Loading (resharding: the checkpoint may have been written by any number of
 ranks, or by one process): :func:`read_module_state` reads a module's state dict
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.distributed.tensor import DTensor, Shard
-from torch.distributed.tensor._utils import _get_shard_size_and_offsets, compute_local_shape_and_global_offset
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from ..arrays import verify_view
@@ -36,6 +38,7 @@ from ..errors import UnsupportedValue
 from ..tree.decode import empty_array
 from ..tree.nodes import ShardedArrayRef, ShardRef
 from ..tree.shard_plan import LocalShard, ShardedValue
+from . import torch_strided as strided
 from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 if TYPE_CHECKING:
@@ -63,26 +66,17 @@ def strided_block_is_contiguous(global_shape: tuple[int, ...], mesh_shape: tuple
     """Refuse placements with a ``_StridedShard`` that leave this rank's elements scattered in the global array.
 
     ``_StridedShard`` (FSDP2 over a tensor-parallel mesh: ``(_StridedShard(0, sf=2), Shard(0))``) usually
-    gives each rank one contiguous block, which is stored as one shard; on its own it gives a rank
-    interleaved rows, which no single (start, size) region describes, so they are refused instead of
-    being stored at the wrong place. The rows of each dimension are followed as torch does (left to right).
+    gives each rank one contiguous block; on its own it can give a rank interleaved rows, which no
+    single (start, size) region describes. A save stores such a rank's rows as several shards
+    (:func:`to_sharded`); a restore into such a layout reads one region per rank, so it is refused
+    here rather than filled at the wrong place.
     """
-    indices: dict[int, Any] = {}
-    sizes = list(global_shape)
-    for mesh_dim, placement in enumerate(placements):
-        if not isinstance(placement, (Shard, _StridedShard)):
-            continue
-        dim = placement.dim
-        sizes[dim], indices[dim] = _get_shard_size_and_offsets(
-            sizes[dim], mesh_shape[mesh_dim], coordinate[mesh_dim], placement, indices.get(dim), global_shape[dim],
-            False)
-    for dim, index in indices.items():
-        rows = [int(i) for i in index.tolist()] if sizes[dim] else []
+    for dim, rows in strided.dim_indices(global_shape, mesh_shape, coordinate, placements).items():
         if rows and rows != list(range(rows[0], rows[0] + len(rows))):
             raise UnsupportedValue(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
-                                   f"of dimension {dim}: a _StridedShard that does not leave each rank one "
-                                   "contiguous block is not supported yet; redistribute the DTensor first",
-                                   rule="R-WTR-3")
+                                   f"of dimension {dim}: restoring into a _StridedShard layout that does not "
+                                   "leave each rank one contiguous block is not supported yet; load into another "
+                                   "layout and redistribute the DTensor", rule="R-WTR-3")
 
 
 def _writes_replica(tensor: DTensor) -> bool:
@@ -105,6 +99,8 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
                                rule="R-WTR-3")
     name = dtype_name_of(tensor.dtype)
     shape = tuple(int(d) for d in tensor.shape)
+    if any(isinstance(placement, _StridedShard) for placement in tensor.placements):
+        return _strided_to_sharded(tensor, shape, name)
     region = local_region(tensor)
     if region is None or not _writes_replica(tensor):
         return ShardedValue(shape, name, ())
@@ -114,6 +110,27 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
         raise UnsupportedValue(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
                                f"{tensor.placements} give {size}", rule="R-WTR-3")
     return ShardedValue(shape, name, (LocalShard(start, tensor_to_numpy(local)),))
+
+
+def _strided_to_sharded(tensor: DTensor, shape: tuple[int, ...], name: str) -> ShardedValue:
+    """This rank's rows under ``_StridedShard`` placements: one shard per contiguous box of the global array.
+
+    Scattered rows (``(_StridedShard(0, sf=2),)`` gives rank 0 the rows 0, 1, 4, 5 of 8) become
+    several shards of this rank's file; one block stays one shard.
+    """
+    mesh = tensor.device_mesh
+    coordinate = mesh.get_coordinate()
+    if coordinate is None or not _writes_replica(tensor):
+        return ShardedValue(shape, name, ())
+    local = tensor_to_numpy(tensor.to_local())
+    blocks = strided.local_blocks(shape, tuple(mesh.shape), tuple(coordinate), tuple(tensor.placements))
+    expected = tuple(max((b[1][d] + b[2][d] for b in blocks), default=0) for d in range(len(shape)))
+    if blocks and tuple(local.shape) != expected:
+        raise UnsupportedValue(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
+                               f"{tensor.placements} give {expected}", rule="R-WTR-3")
+    return ShardedValue(shape, name, tuple(
+        LocalShard(start, local[tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))])
+        for start, offset, size in blocks))
 
 
 def from_region(block: torch.Tensor, like: DTensor) -> Any:
