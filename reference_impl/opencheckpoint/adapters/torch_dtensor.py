@@ -21,7 +21,7 @@ optimizer's full state tensors the placements of their (DTensor) parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,13 +30,11 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor._utils import _get_shard_size_and_offsets, compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from ..arrays import verify_view
-from ..dtypes import numpy_dtype
 from ..errors import UnsupportedValue
-from ..tree.decode import empty_array
-from ..tree.nodes import ShardedArrayRef, ShardRef
+from ..sharding.reading import ComponentFiles, ShardedReads
+from ..tree.nodes import ShardedArrayRef
 from ..tree.shard_plan import LocalShard, ShardedValue
-from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
+from .torch_tensors import _VIEWS, dtype_name_of, tensor_to_numpy
 
 if TYPE_CHECKING:
     from .base import ComponentReader
@@ -118,7 +116,7 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
 
 def from_region(block: torch.Tensor, like: DTensor) -> Any:
     """A DTensor with ``like``'s mesh, placements, shape and stride whose local tensor is ``block``."""
-    return DTensor.from_local(block.to(like.to_local().device), like.device_mesh, like.placements,
+    return DTensor.from_local(block.to(like.device), like.device_mesh, like.placements,
                               run_check=False, shape=like.shape, stride=like.stride())
 
 
@@ -127,77 +125,75 @@ def holds_dtensors(state: Mapping[str, Any]) -> bool:
     return any(isinstance(value, DTensor) for value in state.values())
 
 
-def read_region(handle: Any, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool,
-                whole_shard: Callable[[Any, Any], np.ndarray] | None = None) -> np.ndarray:
-    """The block ``start .. start + size`` of a stored array handle, verified unless ``verify`` is False.
+class RegionReads:
+    """This rank's blocks of the stored arrays of one component, for one restore.
 
-    When the block is exactly one stored shard (a restore onto the layout that saved it) and
-    ``whole_shard`` is given, the shard is read by ``whole_shard`` (straight into a fresh buffer).
+    Each block of a sharded array is taken from the memory maps of the shard
+    files that hold it: every shard it touches is verified once (its CRC-32C
+    computed over the map, R-ARR-14), and a block that lies in one shard (the
+    layout that saved it, or a finer one) is a read-only view of the map, no
+    byte copied; only a block spread over several shards is assembled into
+    fresh memory. The views are copied from once, into the live tensors, by
+    ``load_state_dict`` in phase 2, while the checkpoint is still open.
     """
-    ref = getattr(handle, "ref", None)
-    if whole_shard is not None and isinstance(ref, ShardedArrayRef):
-        match = next((shard for shard in ref.shards if shard.start == start and shard.size == size), None)
-        if match is not None:
-            return whole_shard(ref, match)
-    reader = getattr(handle, "read_region", None)
-    if reader is not None:
-        block: np.ndarray = reader(start, size, verify=verify)
-        return block
-    # A tag-6 handle without region reads verifies its whole extent once, then is sliced (no copy).
-    whole: np.ndarray = handle.read(verify=verify)
-    return whole[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))]
+
+    def __init__(self, reader: ComponentReader) -> None:
+        self.verify = reader.verify
+        self._files: ComponentFiles | None = None
+        self._reader = reader
+        self._verified: dict[tuple[str, int, int, int], np.ndarray] = {}
+        self._regions: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+
+    def local_region(self, target: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """:func:`local_region`, computed once per (shape, mesh, placements) of the restore."""
+        key = (tuple(target.shape), id(target.device_mesh), tuple(target.placements))
+        if key not in self._regions:
+            self._regions[key] = local_region(target)
+        return self._regions[key]
+
+    def block(self, handle: Any, start: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
+        """The block ``start .. start + size`` of a stored array handle (read-only; a view when it can be)."""
+        ref = getattr(handle, "ref", None)
+        if isinstance(ref, ShardedArrayRef):
+            if self._files is None:
+                self._files = self._reader.reader.component_files(self._reader.name)
+            return ShardedReads(ref, self._files, verified=self._verified).block(start, size, verify=self.verify)
+        # A tag-6 array (a checkpoint of one process): verified whole once, then sliced (no copy).
+        whole: np.ndarray = handle.read(verify=self.verify)
+        return whole[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))]
+
+    def dtensor(self, handle: Any, target: DTensor) -> Any:
+        """A DTensor like ``target`` holding this rank's block of ``handle`` (``target`` when it holds none)."""
+        region = self.local_region(target)
+        if region is None:
+            return target  # this rank holds none of it: the live value is written back as is
+        block = _VIEWS.array(self.block(handle, *region))
+        return from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
 
 
 def _is_handle(value: Any) -> bool:
     return hasattr(value, "read") and hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def shard_reader(reader: ComponentReader) -> Callable[[ShardedArrayRef, ShardRef], np.ndarray]:
-    """Reads one whole shard of the component with positioned reads (no memory map), verified after.
-
-    A shard read through the map is copied out page by page; read into a fresh buffer
-    (``preadv``) and checksummed while it is hot in the cache, it costs one copy.
-    """
-    record = reader.record
-
-    def read(ref: ShardedArrayRef, shard: ShardRef) -> np.ndarray:
-        extent = shard.extent(ref.dtype)
-        out = empty_array(shard.size, numpy_dtype(ref.dtype).newbyteorder("="))
-        path = f"{record.path}/{shard.file}"
-        if out.size:
-            with reader.reader.open_region(path, record.files[shard.file].size) as region:
-                region.readinto(out.reshape(-1).view(np.uint8), shard.offset)
-            if reader.verify:
-                verify_view(out, extent, path)
-        return out
-
-    return read
-
-
 def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
     """A stored module state dict for ``live``: DTensor targets get DTensors of their local region only.
 
     An entry whose live tensor is a DTensor of the same global shape reads the
-    block this rank holds; every other array is read whole (a read-only view,
+    block this rank holds (:class:`RegionReads`: verified views of the shard
+    files' maps); every other array is read whole (a verified read-only view,
     copied into the module later). Non-dict trees are returned as stored.
     """
     lazy = reader.reader.tree(reader.name)
     if not isinstance(lazy, dict):
         return lazy
-    whole_shard = shard_reader(reader)
+    reads = RegionReads(reader)
     out: dict[str, Any] = {}
     for key, handle in lazy.items():
         target = live.get(key)
         if not _is_handle(handle):
             out[key] = handle
         elif isinstance(target, DTensor) and tuple(handle.shape) == tuple(target.shape):
-            region = local_region(target)
-            if region is None:
-                out[key] = target  # this rank holds none of it: the live value is written back as is
-                continue
-            block = numpy_to_tensor(np.ascontiguousarray(
-                read_region(handle, *region, verify=reader.verify, whole_shard=whole_shard)))
-            out[key] = from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
+            out[key] = reads.dtensor(handle, target)
         else:
             out[key] = _VIEWS.array(handle.read(verify=reader.verify))
     return out
