@@ -30,7 +30,7 @@ from . import loading
 from .adapters.base import Adapter, ComponentWriter, resolve_adapter
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy
-from .collectives import DEFAULT_TIMEOUT, resolve_collective
+from .collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, ConcurrentModification, UnsupportedLocation, UnsupportedValue
@@ -45,7 +45,8 @@ from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
 from .remote.fspath import FsPath
 from .restore_plan import Rename, RestorePlan
-from .sharding.collective_save import save_collective
+from .sharding.agreement import agreement
+from .sharding.collective_save import collective_arguments, save_collective
 from .sharding.sink import LocalSink
 from .snapshot import save_planned
 from .tree.sink import current_sink, installed
@@ -296,7 +297,7 @@ class Checkpoint:
             if collective is not None:
                 if output != "directory":
                     raise UnsupportedValue("a collective save writes the directory form only", field="format")
-                arguments = _collective_arguments(
+                arguments = collective_arguments(
                     names, [adapters[n].kind for n in names],
                     [self.sha256 if options[n].sha256 is None else options[n].sha256 for n in names],
                     metadata=user_metadata, format=output, checkpoint_id=checkpoint_id, created_at=created_at,
@@ -421,6 +422,8 @@ class Checkpoint:
         subtree: str | None = None,
         component_options: Mapping[str, CheckpointOptions] | None = None,
         progress: ProgressArg = None,
+        process_group: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
@@ -453,6 +456,13 @@ class Checkpoint:
         ``load_state_dict`` rejecting verified state, a one-phase adapter);
         such restores run first, and the error's ``result.loaded`` lists what
         was restored before it. ``progress``: as in :meth:`save` (per component read).
+
+        On several ranks (a module or optimizer holding torch DTensors in a job of
+        more than one process, or any load given ``process_group``), every rank
+        must call ``load``: each reads only its own blocks, and the ranks agree
+        once between the two phases, so that when any rank's checks fail every
+        rank raises and none changes anything (within ``timeout`` seconds when a
+        rank dies; docs page "Scaling out").
         """
         requested = self._selection(components)
         overrides = check_option_names(component_options, requested, "load")
@@ -462,7 +472,9 @@ class Checkpoint:
         for merged in options.values():  # a bad option raises before anything is read
             RestorePlan(merged.rename, merged.subtree, merged.cast)
         modes = {name: merged.strict or self.strict for name, merged in options.items()}
-        with CheckpointReader(path) as reader:
+        live = {name: self._components[name][0] for name in requested}
+        with agreement(load_collective(process_group, timeout, live.values())) as passed, \
+                CheckpointReader(path) as reader:
             stored = reader.components
             versions, skew = compare_versions(reader.parsed.manifest.producer.environment)
             result = LoadResult(missing={n for n in requested if n not in stored},
@@ -471,11 +483,11 @@ class Checkpoint:
             if skew:
                 logger.warning("checkpoint %s was written with other versions: %s", path,
                                {k: v for k, v in versions.items() if not v["matches"]})
-            live = {name: self._components[name][0] for name in requested}
             plan = loading.plan_loads(stored, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(stored[load.name] for load in plan), f"loading {path}"):
                 prepared = loading.prepare_all(plan, reader, result, path)
+            passed()  # every rank of a sharded load checked its part: only now does any rank apply
             loading.apply_all(prepared, result, path)
         return result
 
@@ -483,26 +495,3 @@ def _manifest(records: dict[str, dict[str, Any]], **fields: Any) -> dict[str, An
     """The manifest body of a save: format version 2 only when a tree holds a sharded array (R-SHD-13)."""
     sharded = any(r["kind"] == "tree" and r["kind_version"] == 2 for r in records.values())
     return manifest_body(records, format_version=2 if sharded else 1, **fields)
-
-
-def _collective_arguments(names: list[str], kinds: list[str], sha256: list[bool | None],
-                          **given: Any) -> dict[str, Any]:
-    """The arguments of a save every rank of a collective save must pass alike, as JSON values.
-
-    The metadata and producer mappings are sent as digests (they may be large);
-    each rank compares them with the coordinator's, whose values are stored.
-    """
-    import hashlib
-    import json
-
-    def digest(value: Any) -> str | None:
-        if value is None:
-            return None
-        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    return {**given, "components": names, "adapters": kinds, "sha256": sha256,
-            "metadata": digest(given["metadata"]),
-            "producer": None if given["producer"] is None else digest(dict(given["producer"]))}
-
-

@@ -21,6 +21,7 @@ optimizer's full state tensors the placements of their (DTensor) parameters.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +35,13 @@ from ..errors import UnsupportedValue
 from ..sharding.reading import ComponentFiles, ShardedReads
 from ..tree.nodes import ShardedArrayRef
 from ..tree.shard_plan import LocalShard, ShardedValue
-from .torch_tensors import _VIEWS, dtype_name_of, tensor_to_numpy
+from .torch_tensors import _VIEWS, FRAMEWORK, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 if TYPE_CHECKING:
     from .base import ComponentReader
 
-__all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state", "shard_optimizer_state",
-           "to_sharded"]
+__all__ = ["from_region", "holds_dtensors", "holds_dtensors_anywhere", "local_region", "read_module_state",
+           "read_optimizer_state", "shard_optimizer_state", "to_sharded"]
 
 
 def local_region(tensor: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -120,6 +121,18 @@ def from_region(block: torch.Tensor, like: DTensor) -> Any:
                               run_check=False, shape=like.shape, stride=like.stride())
 
 
+def holds_dtensors_anywhere(value: Any) -> bool:
+    """Whether a live value of a load holds DTensors: a module's parameters or buffers, an optimizer's
+    parameters, or a value of a mapping (every rank of such a value must load it together)."""
+    if isinstance(value, torch.nn.Module):
+        return any(isinstance(t, DTensor) for t in itertools.chain(value.parameters(), value.buffers()))
+    if isinstance(value, torch.optim.Optimizer):
+        return any(isinstance(p, DTensor) for group in value.param_groups for p in group["params"])
+    if isinstance(value, Mapping):
+        return any(isinstance(v, DTensor) for v in value.values())
+    return isinstance(value, DTensor)
+
+
 def holds_dtensors(state: Mapping[str, Any]) -> bool:
     """Whether a live state dict has a DTensor entry (a module sharded by FSDP2 or tensor parallelism)."""
     return any(isinstance(value, DTensor) for value in state.values())
@@ -197,6 +210,73 @@ def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
         else:
             out[key] = _VIEWS.array(handle.read(verify=reader.verify))
     return out
+
+
+def read_optimizer_state(reader: ComponentReader, optimizer: torch.optim.Optimizer) -> Any:
+    """The stored state of an optimizer of DTensor parameters, each per-parameter state tensor shaped like its
+    parameter read as this rank's block only (a DTensor of the parameter's placements), in owned memory.
+
+    Other arrays (step counts, state of plain parameters) are read whole. A state
+    stored with mapping attributes, or holding values other than arrays and plain
+    data, is read whole and cut (:func:`shard_optimizer_state`), as before.
+    """
+    from .state_dict import ATTRIBUTES_KEY, read_state
+
+    metadata = reader.record.metadata
+    lazy = reader.reader.tree(reader.name)
+    stored_ids = _stored_param_ids(lazy)
+    if (isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None) or stored_ids is None \
+            or not _plain(lazy):
+        return shard_optimizer_state(optimizer, read_state(reader, "torch"))
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    sharded = {pid: param for pid, param in zip(stored_ids, params, strict=False) if isinstance(param, DTensor)}
+    reads = RegionReads(reader)
+
+    def tensor(handle: Any, param: Any) -> Any:
+        if isinstance(param, DTensor) and tuple(handle.shape) == tuple(param.shape):
+            region = reads.local_region(param)
+            if region is not None:  # a copy: the optimizer keeps these tensors after the checkpoint is closed
+                return from_region(numpy_to_tensor(np.array(reads.block(handle, *region), order="C")), param)
+        return FRAMEWORK.array(handle.read(verify=reader.verify), map_location=reader.map_location)
+
+    def convert(node: Any, param: Any = None) -> Any:
+        if _is_handle(node):
+            return tensor(node, param)
+        if isinstance(node, dict):
+            return {key: convert(value, param) for key, value in node.items()}
+        if isinstance(node, (list, tuple)):
+            items = [convert(value, param) for value in node]
+            return items if isinstance(node, list) else type(node)(items)
+        return node
+
+    state = {key: value for key, value in lazy.items() if key != "state"}
+    converted = {key: convert(value) for key, value in state.items()}
+    converted["state"] = {pid: convert(entry, sharded.get(pid)) for pid, entry in lazy["state"].items()}
+    return {key: converted[key] for key in lazy}
+
+
+def _stored_param_ids(lazy: Any) -> list[Any] | None:
+    """The parameter ids of a stored optimizer state dict's groups in order, or None when it is not one."""
+    if not (isinstance(lazy, dict) and isinstance(lazy.get("state"), dict)
+            and isinstance(lazy.get("param_groups"), list)):
+        return None
+    ids: list[Any] = []
+    for group in lazy["param_groups"]:
+        if not (isinstance(group, dict) and isinstance(group.get("params"), list)):
+            return None
+        ids += group["params"]
+    return ids
+
+
+def _plain(node: Any) -> bool:
+    """Whether a lazy tree holds only array handles and plain data (no dtype, PRNG key or named tuple)."""
+    if _is_handle(node):
+        return True
+    if isinstance(node, dict):
+        return all(_plain(value) for value in node.values())
+    if type(node) in (list, tuple):
+        return all(_plain(value) for value in node)
+    return node is None or type(node) in (bool, int, float, complex, str, bytes)
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> Any:

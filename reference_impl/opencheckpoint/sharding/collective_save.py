@@ -26,6 +26,8 @@ rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,7 +39,7 @@ from ..tree.sink import installed
 from .collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
 from .sink import RankSink
 
-__all__ = ["WriteComponents", "save_collective"]
+__all__ = ["WriteComponents", "collective_arguments", "save_collective"]
 
 #: Runs the adapters of every component below a root directory; returns the component records by name.
 WriteComponents = Callable[[Path], dict[str, dict[str, Any]]]
@@ -151,3 +153,20 @@ def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[st
         return {"ok": False, "error": error_to_json(exc, 0)}, exc
     return {"ok": True}, None
 
+
+def collective_arguments(names: list[str], kinds: list[str], sha256: list[bool | None],
+                          **given: Any) -> dict[str, Any]:
+    """The arguments of a save every rank of a collective save must pass alike, as JSON values.
+
+    The metadata and producer mappings are sent as digests (they may be large);
+    each rank compares them with the coordinator's, whose values are stored.
+    """
+    def digest(value: Any) -> str | None:
+        if value is None:
+            return None
+        text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return {**given, "components": names, "adapters": kinds, "sha256": sha256,
+            "metadata": digest(given["metadata"]),
+            "producer": None if given["producer"] is None else digest(dict(given["producer"]))}
