@@ -25,7 +25,16 @@ _OK = {"ok": True}
 
 
 def agree(collective: Collective, error: BaseException | None) -> None:
-    """Exchange this rank's phase-1 outcome; raise when any rank failed (this rank's own error first)."""
+    """Exchange this rank's phase-1 outcome; raise when any rank failed (this rank's own error first).
+
+    A collective with ``any_failed(flag) -> bool`` (one all-reduce, as
+    :class:`~opencheckpoint.adapters.torch_collective.TorchCollective` has) settles the
+    usual case, every rank passed, in that one step; the failures' reports then
+    follow through ``gather_bytes`` and ``broadcast_bytes``, as on any collective.
+    """
+    any_failed = getattr(collective, "any_failed", None)
+    if any_failed is not None and not any_failed(error is not None):
+        return
     mine = to_json(_OK if error is None else error_to_json(error, collective.rank))
     reports = collective.gather_bytes(mine)
     verdict = None
