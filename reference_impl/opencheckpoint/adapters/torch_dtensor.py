@@ -11,12 +11,16 @@ are refused: their local tensors are not values of the array.
 
 Loading (resharding: the checkpoint may have been written by any number of
 ranks, or by one process): :func:`read_module_state` reads a module's state dict
-for a live module holding DTensors. Each DTensor entry reads only its local
-region (:func:`local_region`) through the array handle's ``read_region``, each
-shard it touches verified against its CRC-32C, and wraps the block into a
-DTensor with the live tensor's mesh and placements (:func:`from_region`); plain
-tensors read the whole array. :func:`shard_optimizer_state` gives an
-optimizer's full state tensors the placements of their (DTensor) parameters.
+for a live module holding DTensors, :func:`read_optimizer_state` an optimizer's
+state for DTensor parameters. Each DTensor entry (and each optimizer state
+tensor shaped like its DTensor parameter) reads only its local region
+(:func:`local_region`) through :class:`RegionReads`: every shard it touches is
+verified against its CRC-32C over the shard file's memory map, and the block is
+a view of the map when it lies in one shard (no fresh memory; the module's
+``load_state_dict`` copies it once into the parameter) or is assembled from the
+shards it spans; it is wrapped into a DTensor with the live tensor's mesh and
+placements (:func:`from_region`). Optimizer blocks are copied (the optimizer
+keeps them). Plain tensors read the whole array.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ shard reads all of it), and copies the overlapping part into the result.
 Shards that do not overlap are never opened. A handle keeps the verified
 copies, so later verified reads use the bytes that were checked, never bytes
 the file holds by then. ``verify=False`` (an explicit opt-out) copies only the
-overlapping bytes from the memory map, and nothing it reads is kept.
+overlapping bytes from the memory map, and nothing it reads is kept. A restore
+into live tensors (the two phases of a load) uses verified *views* instead
+(``ShardedReads(..., verified=...)``): the CRC-32C is computed over the map and
+the bytes are copied once, straight into the live tensors, as the restore of an
+unsharded module copies from verified views of ``data.bin``.
 """
 
 from __future__ import annotations
