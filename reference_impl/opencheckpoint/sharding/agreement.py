@@ -55,7 +55,8 @@ def agreement(collective: Collective | None) -> Iterator[Callable[[], None]]:
     """Run phase 1 of a load inside; call the yielded function before phase 2.
 
     An exception raised inside before that call is first reported to every
-    other rank (they raise too), then re-raised here; the call itself raises
+    other rank (they raise too), then re-raised here (an interrupt or exit is
+    re-raised at once: the process is going away and its peers see it gone); the call itself raises
     when another rank failed. With no collective (one process) both are free.
     """
     agreed = False
@@ -68,7 +69,7 @@ def agreement(collective: Collective | None) -> Iterator[Callable[[], None]]:
 
     try:
         yield passed
-    except BaseException as exc:
+    except Exception as exc:  # not KeyboardInterrupt/SystemExit: the process is going away, its peers see it gone
         if collective is None or agreed:
             raise
         agreed = True
