@@ -136,12 +136,15 @@ def main(argv: list[str] | None = None) -> None:
         worker(args)
         return
     args.tmpdir.mkdir(parents=True, exist_ok=True)
+    before = os.getloadavg()  # the machine is shared: the table says how busy it was
     try:
         results = [run_world(args, world) for world in args.ranks]
     finally:
         shutil.rmtree(args.tmpdir, ignore_errors=True)
     print(f"Sharded save/load, {args.size_mib} MiB of FSDP2 parameters, gloo on {os.cpu_count()} CPUs, best of "
-          f"{args.repeat}; ratio = OpenCheckpoint / DCP (higher is better for OpenCheckpoint)\n")
+          f"{args.repeat}; ratio = OpenCheckpoint / DCP (higher is better for OpenCheckpoint); "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average before/after "
+          f"{before[0]:.1f}/{os.getloadavg()[0]:.1f}\n")
     print(table(results))
     out = REPO / "bench-results" / "sharded.json"
     out.write_text(json.dumps(results, indent=1) + "\n")

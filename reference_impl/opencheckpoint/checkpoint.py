@@ -27,7 +27,7 @@ from . import loading
 from .adapters.base import Adapter, ComponentWriter, resolve_adapter
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy
-from .collectives import DEFAULT_TIMEOUT, resolve_collective
+from .collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
 from .errors import CheckpointError, UnsupportedLocation, UnsupportedValue
@@ -42,6 +42,7 @@ from .reader import CheckpointReader
 from .remote.fspath import FsPath
 from .restore_plan import Rename, RestorePlan
 from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
+from .sharding.agreement import agreement
 from .sharding.collective import Collective
 from .sharding.sink import LocalSink
 from .snapshot import save_planned
@@ -369,7 +370,7 @@ class Checkpoint:
     def load(self, path: PathArg, *, components: Collection[str] | None = None, strict: Strictness | None = None,
              map_location: Any = None, verify: bool = True, rename: Rename | None = None, cast: CastPolicy = None,
              subtree: str | None = None, component_options: Mapping[str, CheckpointOptions] | None = None,
-             progress: ProgressArg = None) -> LoadResult:
+             progress: ProgressArg = None, process_group: Any = None, timeout: float = DEFAULT_TIMEOUT) -> LoadResult:
         """Restore the selected registered components from ``path``.
 
         Restoring into a model that changed (see the docs page "Restoring into
@@ -401,19 +402,28 @@ class Checkpoint:
         ``load_state_dict`` rejecting verified state, a one-phase adapter);
         such restores run first, and the error's ``result.loaded`` lists what
         was restored before it. ``progress``: as in :meth:`save` (per component read).
+
+        On several ranks (a module or optimizer holding torch DTensors in a job of
+        more than one process, or any load given ``process_group``), every rank
+        must call ``load``: each reads only its own blocks, and the ranks agree
+        once between the two phases, so that when any rank's checks fail every
+        rank raises and none changes anything (within ``timeout`` seconds when a
+        rank dies; docs page "Scaling out").
         """
         requested = self._selection(components)
         call = CheckpointOptions(strict=strict or self.strict, map_location=map_location, verify=verify,
                                  rename=rename, subtree=subtree, cast=cast)  # a bad strict raises here
         options = self._load_options(requested, call, component_options)
         modes = {name: merged.strict or self.strict for name, merged in options.items()}
-        with CheckpointReader(path) as reader:
+        live = {name: self._components[name][0] for name in requested}
+        with agreement(load_collective(process_group, timeout, live.values())) as passed, \
+                CheckpointReader(path) as reader:
             result = loading.new_result(reader, requested, path)
-            live = {name: self._components[name][0] for name in requested}
             plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
                 prepared = loading.prepare_all(plan, reader, result, path)
+            passed()  # every rank of a sharded load checked its part: only now does any rank apply
             loading.apply_all(prepared, result, path)
         return result
 

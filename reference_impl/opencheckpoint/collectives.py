@@ -13,11 +13,12 @@ one has imported it already.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any, Final
 
 from .sharding.collective import Collective
 
-__all__ = ["DEFAULT_TIMEOUT", "resolve_collective"]
+__all__ = ["DEFAULT_TIMEOUT", "load_collective", "resolve_collective"]
 
 #: Seconds each collective step of a save may take before the ranks give up (rank died or hung).
 DEFAULT_TIMEOUT: Final = 300.0
@@ -44,3 +45,24 @@ def _jax_collective(timeout: float) -> Collective | None:
     from .adapters.jax_collective import JaxCollective
 
     return JaxCollective(timeout=timeout)
+
+
+def load_collective(process_group: Any, timeout: float, live: Iterable[Any]) -> Collective | None:
+    """The collective a load agrees on (:mod:`opencheckpoint.sharding.agreement`), or None.
+
+    A load is collective when given a ``process_group``, or when it restores
+    torch DTensors (an FSDP2 or tensor-parallel module, an optimizer of such
+    parameters) in a job of more than one process: every rank of such a model
+    loads it together, as with ``torch.distributed.checkpoint``. Any other load
+    (a plain model on one rank of a DDP job, say) stays local to its process.
+    """
+    if process_group is not None:
+        return resolve_collective(process_group, timeout)
+    if "torch.distributed.tensor" not in sys.modules:  # no DTensor exists in this process
+        return None
+    from .adapters.torch_dtensor import holds_dtensors_anywhere
+
+    if not any(holds_dtensors_anywhere(value) for value in live):
+        return None
+    collective = resolve_collective(None, timeout)
+    return collective if collective is not None and collective.world_size > 1 else None

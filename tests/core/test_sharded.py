@@ -245,7 +245,7 @@ def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_grid_count_and_the_sweep_agree_on_overlaps(seed: int) -> None:
+def test_the_grid_count_the_sweep_and_the_pairwise_check_agree_on_overlaps(seed: int) -> None:
     from opencheckpoint.sharding import tiling
 
     rng = np.random.default_rng(seed)
@@ -257,8 +257,9 @@ def test_the_grid_count_and_the_sweep_agree_on_overlaps(seed: int) -> None:
         starts, sizes = grid, np.full_like(grid, 2)
     grid_answer = tiling._grid_overlap(starts, sizes)
     sweep_answer = tiling._sweep_overlap(starts, sizes)
-    assert (grid_answer is None) == (sweep_answer is None) == bool(seed % 2)
-    for pair in (grid_answer, sweep_answer):
+    pairwise_answer = tiling._pairwise_overlap(starts.tolist(), (starts + sizes).tolist())
+    assert (grid_answer is None) == (sweep_answer is None) == (pairwise_answer is None) == bool(seed % 2)
+    for pair in (grid_answer, sweep_answer, pairwise_answer):
         if pair is not None:
             i, j = pair
             assert i != j and np.all((starts[i] < starts[j] + sizes[j]) & (starts[j] < starts[i] + sizes[i]))

@@ -1,12 +1,13 @@
 """One rank of a gloo process group on this machine, run by the sharding tests as a subprocess.
 
 ``python dist_worker.py SCENARIO RANK WORLD PORT PATH``: joins the group at
-127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``die``), and exits 0 when it
+127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``load-corrupt``, ``die``, ``hang``), and exits 0 when it
 did what the scenario expects (what it found is printed for the test to read).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -88,11 +89,29 @@ def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optim
         np.savez(path + ".expected.npz", **full)
 
 
+def record_shard_reads() -> dict[str, set[str]]:
+    """Record the shard files each component's restore reads from (component path -> file names)."""
+    from opencheckpoint.sharding.reading import ShardedReads
+
+    touched: dict[str, set[str]] = {}
+    original = ShardedReads.shard
+
+    def shard(self: ShardedReads, record: object, *, verify: bool) -> np.ndarray:
+        touched.setdefault(self.files.component_path, set()).add(record.file)  # type: ignore[attr-defined]
+        return original(self, record, verify=verify)  # type: ignore[arg-type]
+
+    ShardedReads.shard = shard  # type: ignore[method-assign]
+    return touched
+
+
 def load(rank: int, world: int, paths: str) -> None:
     """Restore each checkpoint of ``paths`` (comma-separated; written by any number of ranks) into FSDP2."""
+    touched = record_shard_reads()
     for path in paths.split(","):
         net, optimizer = sharded_model(world)
+        touched.clear()
         Checkpoint(model=net, optim=optimizer).load(path)
+        print(f"rank {rank}: read {json.dumps({k: sorted(v) for k, v in touched.items()})}", flush=True)
         expected = np.load(path + ".expected.npz")
         for key, value in net.state_dict().items():
             np.testing.assert_array_equal(value.full_tensor().detach().numpy(), expected[f"model.{key}"],
@@ -101,6 +120,20 @@ def load(rank: int, world: int, paths: str) -> None:
             np.testing.assert_array_equal(state["exp_avg"].full_tensor().numpy(), expected[f"optim.{index}.exp_avg"])
         train_step(net, optimizer)  # the restored state trains on: optimizer state has the parameters' placements
         print(f"rank {rank}: loaded {path}", flush=True)
+
+
+def load_corrupt(rank: int, world: int, path: str) -> None:
+    """Restore a checkpoint in which only the other rank's blocks are corrupt: every rank must raise, unchanged."""
+    net, optimizer = sharded_model(world)
+    before = {key: value.to_local().clone() for key, value in net.state_dict().items()}
+    try:
+        Checkpoint(model=net, optim=optimizer).load(path, timeout=60)
+    except Exception as exc:
+        print(f"rank {rank}: raised {type(exc).__name__}: {exc}", flush=True)
+    else:
+        print(f"rank {rank}: loaded", flush=True)
+    same = all(torch.equal(before[key], value.to_local()) for key, value in net.state_dict().items())
+    print(f"rank {rank}: {'unchanged' if same and not optimizer.state else 'CHANGED'}", flush=True)
 
 
 def die(rank: int, world: int, path: str) -> None:
@@ -138,7 +171,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "load": load, "die": die, "hang": hang}[scenario](rank, world, path)
+    {"save": save, "load": load, "load-corrupt": load_corrupt, "die": die, "hang": hang}[scenario](rank, world, path)
     if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
         dist.destroy_process_group()
 

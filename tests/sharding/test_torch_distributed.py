@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,19 +117,56 @@ def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # the coordinator removed the staging directory
 
 
-def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_ranks(
-        four_rank_checkpoint: Path, tmp_path: Path) -> None:
-    """Resharding 4 -> 2 (sharded arrays) and 1 -> 2 (whole arrays): each rank restores its own rows, trains on."""
+@pytest.fixture(scope="module")
+def two_rank_loads(four_rank_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> list[
+        subprocess.CompletedProcess[str]]:
+    """2 ranks restore the 4-rank checkpoint, then one of a single process, into FSDP2 (each rank's output)."""
     from dist_worker import model, train_step, write_expected
 
     net = model()
     optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
     train_step(net, optimizer)
-    plain = Checkpoint(model=net, optim=optimizer).save(tmp_path / "ckpt")
+    plain = Checkpoint(model=net, optim=optimizer).save(tmp_path_factory.mktemp("plain") / "ckpt")
     write_expected(0, net, optimizer, str(plain))
-    for result in launch("load", 2, f"{four_rank_checkpoint},{plain}"):
+    return launch("load", 2, f"{four_rank_checkpoint},{plain}")
+
+
+def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_ranks(
+        two_rank_loads: list[subprocess.CompletedProcess[str]]) -> None:
+    """Resharding 4 -> 2 (sharded arrays) and 1 -> 2 (whole arrays): each rank restores its own rows, trains on."""
+    for result in two_rank_loads:
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.count("loaded") == 2, result.stdout
+
+
+def test_each_rank_reads_only_the_shard_files_of_its_own_rows_for_parameters_and_optimizer_state(
+        two_rank_loads: list[subprocess.CompletedProcess[str]]) -> None:
+    """7 rows saved as 2+2+2+1 by 4 ranks, loaded as 4+3 on 2: rank 0 needs the files of saving ranks 0 and 1,
+    rank 1 those of 2 and 3, for the model and for the Adam moments alike (not the whole optimizer state)."""
+    for rank, result in enumerate(two_rank_loads):
+        assert result.returncode == 0, result.stderr[-3000:]
+        line = next(line for line in result.stdout.splitlines() if line.startswith(f"rank {rank}: read "))
+        touched = json.loads(line.split(": read ", 1)[1])
+        own = [f"shards/rank-0000{saver}.bin" for saver in ((0, 1) if rank == 0 else (2, 3))]
+        assert touched == {"components/model": own, "components/optim": own}, touched
+
+
+def test_a_corrupt_shard_read_by_one_rank_makes_every_rank_raise_with_its_model_unchanged(
+        four_rank_checkpoint: Path, tmp_path: Path) -> None:
+    """Only rank 1 reads saving rank 3's file: its checksum error reaches rank 0 before rank 0 applies anything."""
+    path = tmp_path / "ckpt"
+    shutil.copytree(four_rank_checkpoint, path)
+    shutil.copy(str(four_rank_checkpoint) + ".expected.npz", str(path) + ".expected.npz")
+    shard = path / "components/model/shards/rank-00003.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    results = launch("load-corrupt", 2, path)
+    for rank, result in enumerate(results):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"rank {rank}: raised IntegrityError" in result.stdout, result.stdout + result.stderr[-2000:]
+        assert f"rank {rank}: unchanged" in result.stdout, result.stdout
+    assert "rank 1: " in results[0].stdout.split("raised IntegrityError", 1)[1]  # rank 0 raises rank 1's error
 
 
 def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_path: Path) -> None:

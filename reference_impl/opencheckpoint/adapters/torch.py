@@ -107,13 +107,14 @@ class TorchStateDictAdapter(Adapter):
             # An optimizer keys its state by parameter order, not by name: it follows renamed parameters as it
             # is, and a rename/subtree meant for the module's key paths must not touch its "state.0.exp_avg".
             reader = dataclasses.replace(reader, plan=RestorePlan(cast=reader.plan.cast))
-        state = read_state(reader, "torch")
         checked = False
         if isinstance(value, torch.optim.Optimizer) and _holds_dtensors(
                 {str(i): p for i, p in enumerate(p for g in value.param_groups for p in g["params"])}):
-            from .torch_dtensor import shard_optimizer_state
+            from .torch_dtensor import read_optimizer_state
 
-            state = shard_optimizer_state(value, state)  # full stored tensors -> this rank's DTensor blocks
+            state = read_optimizer_state(reader, value)  # each rank reads only its parameters' blocks
+        else:
+            state = read_state(reader, "torch")
         if isinstance(value, torch.optim.Optimizer):
             _check_optimizer_state(value, state)
             checked = True  # what Optimizer.load_state_dict rejects was checked just above

@@ -84,6 +84,14 @@ class TorchCollective:
             return None
         return [buffer[:size].cpu().numpy().tobytes() for buffer, size in zip(buffers, sizes, strict=True)]
 
+    def any_failed(self, failed: bool) -> bool:
+        """Whether any rank passed ``failed=True``: one all-reduce of one integer (the common outcome of a
+        load's agreement costs this one step; see :mod:`opencheckpoint.sharding.agreement`)."""
+        flag = torch.tensor([int(failed)], dtype=torch.int64, device=self._device)
+        self._wait(dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True),
+                   "agreeing on a load")
+        return bool(flag.item())
+
     def barrier(self) -> None:
         token = torch.zeros(1, dtype=torch.int64, device=self._device)
         self._wait(dist.all_reduce(token, group=self.group, async_op=True), "waiting at a barrier")

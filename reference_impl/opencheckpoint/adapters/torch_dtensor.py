@@ -13,17 +13,22 @@ box of them (:mod:`.torch_strided`).
 
 Loading (resharding: the checkpoint may have been written by any number of
 ranks, or by one process): :func:`read_module_state` reads a module's state dict
-for a live module holding DTensors. Each DTensor entry reads only its local
-region (:func:`local_region`) through the array handle's ``read_region``, each
-shard it touches verified against its CRC-32C, and wraps the block into a
-DTensor with the live tensor's mesh and placements (:func:`from_region`); plain
-tensors read the whole array. :func:`shard_optimizer_state` gives an
-optimizer's full state tensors the placements of their (DTensor) parameters.
+for a live module holding DTensors, :func:`read_optimizer_state` an optimizer's
+state for DTensor parameters. Each DTensor entry (and each optimizer state
+tensor shaped like its DTensor parameter) reads only its local region
+(:func:`local_region`) through :class:`RegionReads`: every shard it touches is
+verified against its CRC-32C over the shard file's memory map, and the block is
+a view of the map when it lies in one shard (no fresh memory; the module's
+``load_state_dict`` copies it once into the parameter) or is assembled from the
+shards it spans; it is wrapped into a DTensor with the live tensor's mesh and
+placements (:func:`from_region`). Optimizer blocks are copied (the optimizer
+keeps them). Plain tensors read the whole array.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,20 +37,18 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from ..arrays import verify_view
-from ..dtypes import numpy_dtype
 from ..errors import UnsupportedValue
-from ..tree.decode import empty_array
-from ..tree.nodes import ShardedArrayRef, ShardRef
+from ..sharding.reading import ComponentFiles, ShardedReads
+from ..tree.nodes import ShardedArrayRef
 from ..tree.shard_plan import LocalShard, ShardedValue
 from . import torch_strided as strided
-from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
+from .torch_tensors import _VIEWS, FRAMEWORK, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 if TYPE_CHECKING:
     from .base import ComponentReader
 
-__all__ = ["from_region", "holds_dtensors", "local_region", "read_module_state", "shard_optimizer_state",
-           "to_sharded"]
+__all__ = ["from_region", "holds_dtensors", "holds_dtensors_anywhere", "local_region", "read_module_state",
+           "read_optimizer_state", "shard_optimizer_state", "to_sharded"]
 
 
 def local_region(tensor: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -135,8 +138,20 @@ def _strided_to_sharded(tensor: DTensor, shape: tuple[int, ...], name: str) -> S
 
 def from_region(block: torch.Tensor, like: DTensor) -> Any:
     """A DTensor with ``like``'s mesh, placements, shape and stride whose local tensor is ``block``."""
-    return DTensor.from_local(block.to(like.to_local().device), like.device_mesh, like.placements,
+    return DTensor.from_local(block.to(like.device), like.device_mesh, like.placements,
                               run_check=False, shape=like.shape, stride=like.stride())
+
+
+def holds_dtensors_anywhere(value: Any) -> bool:
+    """Whether a live value of a load holds DTensors: a module's parameters or buffers, an optimizer's
+    parameters, or a value of a mapping (every rank of such a value must load it together)."""
+    if isinstance(value, torch.nn.Module):
+        return any(isinstance(t, DTensor) for t in itertools.chain(value.parameters(), value.buffers()))
+    if isinstance(value, torch.optim.Optimizer):
+        return any(isinstance(p, DTensor) for group in value.param_groups for p in group["params"])
+    if isinstance(value, Mapping):
+        return any(isinstance(v, DTensor) for v in value.values())
+    return isinstance(value, DTensor)
 
 
 def holds_dtensors(state: Mapping[str, Any]) -> bool:
@@ -144,80 +159,145 @@ def holds_dtensors(state: Mapping[str, Any]) -> bool:
     return any(isinstance(value, DTensor) for value in state.values())
 
 
-def read_region(handle: Any, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool,
-                whole_shard: Callable[[Any, Any], np.ndarray] | None = None) -> np.ndarray:
-    """The block ``start .. start + size`` of a stored array handle, verified unless ``verify`` is False.
+class RegionReads:
+    """This rank's blocks of the stored arrays of one component, for one restore.
 
-    When the block is exactly one stored shard (a restore onto the layout that saved it) and
-    ``whole_shard`` is given, the shard is read by ``whole_shard`` (straight into a fresh buffer).
+    Each block of a sharded array is taken from the memory maps of the shard
+    files that hold it: every shard it touches is verified once (its CRC-32C
+    computed over the map, R-ARR-14), and a block that lies in one shard (the
+    layout that saved it, or a finer one) is a read-only view of the map, no
+    byte copied; only a block spread over several shards is assembled into
+    fresh memory. The views are copied from once, into the live tensors, by
+    ``load_state_dict`` in phase 2, while the checkpoint is still open.
     """
-    ref = getattr(handle, "ref", None)
-    if whole_shard is not None and isinstance(ref, ShardedArrayRef):
-        match = next((shard for shard in ref.shards if shard.start == start and shard.size == size), None)
-        if match is not None:
-            return whole_shard(ref, match)
-    reader = getattr(handle, "read_region", None)
-    if reader is not None:
-        block: np.ndarray = reader(start, size, verify=verify)
-        return block
-    # A tag-6 handle without region reads verifies its whole extent once, then is sliced (no copy).
-    whole: np.ndarray = handle.read(verify=verify)
-    return whole[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))]
+
+    def __init__(self, reader: ComponentReader) -> None:
+        self.verify = reader.verify
+        self._files: ComponentFiles | None = None
+        self._reader = reader
+        self._verified: dict[tuple[str, int, int, int], np.ndarray] = {}
+        self._regions: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+
+    def local_region(self, target: DTensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """:func:`local_region`, computed once per (shape, mesh, placements) of the restore."""
+        key = (tuple(target.shape), id(target.device_mesh), tuple(target.placements))
+        if key not in self._regions:
+            self._regions[key] = local_region(target)
+        return self._regions[key]
+
+    def block(self, handle: Any, start: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
+        """The block ``start .. start + size`` of a stored array handle (read-only; a view when it can be)."""
+        ref = getattr(handle, "ref", None)
+        if isinstance(ref, ShardedArrayRef):
+            if self._files is None:
+                self._files = self._reader.reader.component_files(self._reader.name)
+            return ShardedReads(ref, self._files, verified=self._verified).block(start, size, verify=self.verify)
+        # A tag-6 array (a checkpoint of one process): verified whole once, then sliced (no copy).
+        whole: np.ndarray = handle.read(verify=self.verify)
+        return whole[tuple(slice(s, s + n) for s, n in zip(start, size, strict=True))]
+
+    def dtensor(self, handle: Any, target: DTensor) -> Any:
+        """A DTensor like ``target`` holding this rank's block of ``handle`` (``target`` when it holds none)."""
+        region = self.local_region(target)
+        if region is None:
+            return target  # this rank holds none of it: the live value is written back as is
+        block = _VIEWS.array(self.block(handle, *region))
+        return from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
 
 
 def _is_handle(value: Any) -> bool:
     return hasattr(value, "read") and hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def shard_reader(reader: ComponentReader) -> Callable[[ShardedArrayRef, ShardRef], np.ndarray]:
-    """Reads one whole shard of the component with positioned reads (no memory map), verified after.
-
-    A shard read through the map is copied out page by page; read into a fresh buffer
-    (``preadv``) and checksummed while it is hot in the cache, it costs one copy.
-    """
-    record = reader.record
-
-    def read(ref: ShardedArrayRef, shard: ShardRef) -> np.ndarray:
-        extent = shard.extent(ref.dtype)
-        out = empty_array(shard.size, numpy_dtype(ref.dtype).newbyteorder("="))
-        path = f"{record.path}/{shard.file}"
-        if out.size:
-            with reader.reader.open_region(path, record.files[shard.file].size) as region:
-                region.readinto(out.reshape(-1).view(np.uint8), shard.offset)
-            if reader.verify:
-                verify_view(out, extent, path)
-        return out
-
-    return read
-
-
 def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
     """A stored module state dict for ``live``: DTensor targets get DTensors of their local region only.
 
     An entry whose live tensor is a DTensor of the same global shape reads the
-    block this rank holds; every other array is read whole (a read-only view,
+    block this rank holds (:class:`RegionReads`: verified views of the shard
+    files' maps); every other array is read whole (a verified read-only view,
     copied into the module later). Non-dict trees are returned as stored.
     """
     lazy = reader.reader.tree(reader.name)
     if not isinstance(lazy, dict):
         return lazy
-    whole_shard = shard_reader(reader)
+    reads = RegionReads(reader)
     out: dict[str, Any] = {}
     for key, handle in lazy.items():
         target = live.get(key)
         if not _is_handle(handle):
             out[key] = handle
         elif isinstance(target, DTensor) and tuple(handle.shape) == tuple(target.shape):
-            region = local_region(target)
-            if region is None:
-                out[key] = target  # this rank holds none of it: the live value is written back as is
-                continue
-            block = numpy_to_tensor(np.ascontiguousarray(
-                read_region(handle, *region, verify=reader.verify, whole_shard=whole_shard)))
-            out[key] = from_region(block.to(target.dtype) if block.dtype != target.dtype else block, target)
+            out[key] = reads.dtensor(handle, target)
         else:
             out[key] = _VIEWS.array(handle.read(verify=reader.verify))
     return out
+
+
+def read_optimizer_state(reader: ComponentReader, optimizer: torch.optim.Optimizer) -> Any:
+    """The stored state of an optimizer of DTensor parameters, each per-parameter state tensor shaped like its
+    parameter read as this rank's block only (a DTensor of the parameter's placements), in owned memory.
+
+    Other arrays (step counts, state of plain parameters) are read whole. A state
+    stored with mapping attributes, or holding values other than arrays and plain
+    data, is read whole and cut (:func:`shard_optimizer_state`), as before.
+    """
+    from .state_dict import ATTRIBUTES_KEY, read_state
+
+    metadata = reader.record.metadata
+    lazy = reader.reader.tree(reader.name)
+    stored_ids = _stored_param_ids(lazy)
+    if (isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None) or stored_ids is None \
+            or not _plain(lazy):
+        return shard_optimizer_state(optimizer, read_state(reader, "torch"))
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    sharded = {pid: param for pid, param in zip(stored_ids, params, strict=False) if isinstance(param, DTensor)}
+    reads = RegionReads(reader)
+
+    def tensor(handle: Any, param: Any) -> Any:
+        if isinstance(param, DTensor) and tuple(handle.shape) == tuple(param.shape):
+            region = reads.local_region(param)
+            if region is not None:  # a copy: the optimizer keeps these tensors after the checkpoint is closed
+                return from_region(numpy_to_tensor(np.array(reads.block(handle, *region), order="C")), param)
+        return FRAMEWORK.array(handle.read(verify=reader.verify), map_location=reader.map_location)
+
+    def convert(node: Any, param: Any = None) -> Any:
+        if _is_handle(node):
+            return tensor(node, param)
+        if isinstance(node, dict):
+            return {key: convert(value, param) for key, value in node.items()}
+        if isinstance(node, (list, tuple)):
+            items = [convert(value, param) for value in node]
+            return items if isinstance(node, list) else type(node)(items)
+        return node
+
+    state = {key: value for key, value in lazy.items() if key != "state"}
+    converted = {key: convert(value) for key, value in state.items()}
+    converted["state"] = {pid: convert(entry, sharded.get(pid)) for pid, entry in lazy["state"].items()}
+    return {key: converted[key] for key in lazy}
+
+
+def _stored_param_ids(lazy: Any) -> list[Any] | None:
+    """The parameter ids of a stored optimizer state dict's groups in order, or None when it is not one."""
+    if not (isinstance(lazy, dict) and isinstance(lazy.get("state"), dict)
+            and isinstance(lazy.get("param_groups"), list)):
+        return None
+    ids: list[Any] = []
+    for group in lazy["param_groups"]:
+        if not (isinstance(group, dict) and isinstance(group.get("params"), list)):
+            return None
+        ids += group["params"]
+    return ids
+
+
+def _plain(node: Any) -> bool:
+    """Whether a lazy tree holds only array handles and plain data (no dtype, PRNG key or named tuple)."""
+    if _is_handle(node):
+        return True
+    if isinstance(node, dict):
+        return all(_plain(value) for value in node.values())
+    if type(node) in (list, tuple):
+        return all(_plain(value) for value in node)
+    return node is None or type(node) in (bool, int, float, complex, str, bytes)
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> Any:

@@ -150,4 +150,3 @@ def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[st
     except Exception as exc:
         return {"ok": False, "error": error_to_json(exc, 0)}, exc
     return {"ok": True}, None
-

@@ -8,16 +8,21 @@ shard reads all of it), and copies the overlapping part into the result.
 Shards that do not overlap are never opened. A handle keeps the verified
 copies, so later verified reads use the bytes that were checked, never bytes
 the file holds by then. ``verify=False`` (an explicit opt-out) copies only the
-overlapping bytes from the memory map, and nothing it reads is kept.
+overlapping bytes from the memory map, and nothing it reads is kept. A restore
+into live tensors (the two phases of a load) uses verified *views* instead
+(``ShardedReads(..., verified=...)``): the CRC-32C is computed over the map and
+the bytes are copied once, straight into the live tensors, as the restore of an
+unsharded module copies from verified views of ``data.bin``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..arrays import ArrayHandle, array_view, region_copy, verified_copy
+from ..arrays import ArrayHandle, array_view, region_copy, verified_copy, verify_view
 from ..dtypes import numpy_dtype
 from ..errors import CheckpointError
 from ..tree.decode import empty_array
@@ -47,13 +52,21 @@ class ComponentFiles:
 
 
 class ShardedReads:
-    """Region reads of one sharded array; with ``keep``, remembers the verified copy of each shard it used."""
+    """Region reads of one sharded array; with ``keep``, remembers the verified copy of each shard it used.
 
-    def __init__(self, ref: ShardedArrayRef, files: ComponentFiles, *, keep: bool = False) -> None:
+    ``verified`` (shared by the arrays of one restore: see :func:`map_views`) switches to verified
+    *views*: each shard's CRC-32C is computed over the memory map itself, once, and the read-only
+    view is returned instead of a copy (no fresh memory: the caller copies the bytes once, into its
+    own arrays, before the checkpoint is closed).
+    """
+
+    def __init__(self, ref: ShardedArrayRef, files: ComponentFiles, *, keep: bool = False,
+                 verified: dict[tuple[str, int, int, int], np.ndarray] | None = None) -> None:
         self.ref = ref
         self.files = files
-        self._keep = keep
-        self._verified: dict[tuple[str, int, int, int], np.ndarray] = {}
+        self._keep = keep or verified is not None
+        self._views = verified is not None
+        self._verified: dict[tuple[str, int, int, int], np.ndarray] = {} if verified is None else verified
         regions: dict[Region, ShardRef] = {}
         for shard in ref.shards:
             regions.setdefault((shard.start, shard.size), shard)  # replicas hold the same bytes (R-SHD-10)
@@ -69,6 +82,10 @@ class ShardedReads:
             return kept
         view = array_view(self.files.map(shard.file), extent)
         if not verify:
+            return view
+        if self._views:
+            verify_view(view, extent, self.files.path(shard.file))
+            self._verified[key] = view
             return view
         copy = verified_copy(view, extent, self.files.path(shard.file))
         if self._keep:
@@ -99,6 +116,16 @@ class ShardedReads:
             view = self.shard(shard, verify=verify)
             out[region_slices(common, start)] = view[region_slices(common, shard.start)]
         return out
+
+    def block(self, start: tuple[int, ...], size: tuple[int, ...], *, verify: bool = True) -> np.ndarray:
+        """The elements ``start .. start + size``: a read-only slice of one shard when the region lies in one
+        (a view of the memory map with verified views, else of the verified copy), else a fresh array."""
+        start, size = checked_region(self.ref.shape, start, size)
+        inside = [shard for shard, common in self.overlapping((start, size)) if common == (start, size)]
+        if not inside or not math.prod(size):
+            return self.read_region(start, size, verify=verify)
+        shard = inside[0]
+        return self.shard(shard, verify=verify)[region_slices((start, size), shard.start)]
 
     def empty(self, size: tuple[int, ...]) -> np.ndarray:
         """An uninitialised array of shape ``size`` (:func:`empty_array`: also a huge shape with a zero dimension,

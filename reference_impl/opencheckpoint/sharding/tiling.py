@@ -17,6 +17,9 @@ import numpy as np
 #: The compressed grid of :func:`_grid_overlap` is used up to this many cells and dimensions.
 _GRID_CELLS = 1 << 22
 _GRID_NDIM = 8
+#: Up to this many regions, every pair is compared in plain Python (:func:`_pairwise_overlap`): at most
+#: ~500 comparisons, cheaper than the NumPy set-up of the grid for the few shards of a usual array.
+_PAIRWISE = 32
 
 
 def find_overlap(starts: np.ndarray, sizes: np.ndarray) -> tuple[int, int] | None:
@@ -31,11 +34,22 @@ def find_overlap(starts: np.ndarray, sizes: np.ndarray) -> tuple[int, int] | Non
         return None
     if ndim == 0:
         return 0, 1
+    if count <= _PAIRWISE:
+        return _pairwise_overlap(starts.tolist(), (starts + sizes).tolist())
     if ndim <= _GRID_NDIM:
         found = _grid_overlap(starts, sizes)
         if not isinstance(found, bool):
             return found
     return _sweep_overlap(starts, sizes)
+
+
+def _pairwise_overlap(starts: list[list[int]], ends: list[list[int]]) -> tuple[int, int] | None:
+    """Two regions that share an element, comparing every pair (few regions: see :data:`_PAIRWISE`)."""
+    for i, (low, high) in enumerate(zip(starts, ends, strict=True)):
+        for j in range(i + 1, len(starts)):
+            if all(a < d and c < b for a, b, c, d in zip(low, high, starts[j], ends[j], strict=True)):
+                return i, j
+    return None
 
 
 def _grid_overlap(starts: np.ndarray, sizes: np.ndarray) -> tuple[int, int] | bool | None:  # False: grid too big
