@@ -9,10 +9,11 @@ grouped, a big one is split and its pieces' CRCs are combined with
 handed out one at a time from a shared counter.
 
 The caller works through the pieces itself; helpers only take pieces the
-caller has not reached yet. So when other processes keep every core busy
-and a helper never gets the CPU, the caller does all the work and waits at
-most for the pieces a helper had already taken: never much slower than a
-single-threaded pass (decision 0011). The pool is created on first use,
+caller has not reached yet, and the caller never waits for one: a piece a
+helper has not finished when nothing is left to take is computed by the
+caller too. So when other processes keep every core busy and a helper
+barely gets the CPU, the caller does (nearly) all the work: never much
+slower than a single-threaded pass (decision 0011). The pool is created on first use,
 forgotten in a forked child (whose copy has no threads), and not used once
 the interpreter is shutting down (the caller then does everything itself).
 
@@ -40,7 +41,7 @@ from .integrity import crc32c_of
 _crc32c = crc32c_of
 
 #: Bytes per piece: big enough that the per-piece Python work (taken under the GIL) is noise, small
-#: enough that the caller's wait for a helper's last piece is short (about 0.2 ms at memory speed).
+#: enough that redoing a helper's unfinished piece costs little (about 0.2 ms at memory speed).
 PIECE_BYTES = 2 << 20
 #: Below this many bytes in all, one thread does the pass (starting helpers would cost more).
 PARALLEL_MIN_BYTES = 8 << 20
@@ -94,16 +95,21 @@ def _pieces(lengths: Sequence[int], piece_bytes: int) -> list[list[_Slice]]:
 
 
 class _Pass:
-    """One call's pieces, handed out one at a time to whichever thread asks next."""
+    """One call's pieces, handed out one at a time to whichever thread asks next.
+
+    The caller never waits for a helper: once no piece is left to take, it computes
+    itself every piece a helper took and has not finished (a helper descheduled by
+    other processes would otherwise hold it up). Both results are the same, so the
+    first one stored counts; a helper's error is dropped, the caller meets it again.
+    """
 
     def __init__(self, buffers: Sequence[np.ndarray], pieces: list[list[_Slice]]) -> None:
         self.buffers = buffers
         self.pieces = pieces
         self.crcs: list[list[int]] = [[] for _ in pieces]
+        self.done = [False] * len(pieces)
         self.next = 0  # the next piece nobody has taken
-        self.running = 0  # pieces taken and not finished
-        self.error: BaseException | None = None
-        self.lock = threading.Condition()
+        self.lock = threading.Lock()
 
     def run(self, helpers: int) -> list[list[int]]:
         pool = _pool(helpers)
@@ -112,32 +118,37 @@ class _Pass:
                 pool.submit(self.work)
         except RuntimeError:  # the interpreter is shutting down: no new threads; the caller does it all
             pass
-        self.work()
-        with self.lock:
-            while self.running:  # only pieces a helper took: never the ones nobody started
-                self.lock.wait()
-        if self.error is not None:
-            raise self.error
+        while (number := self.take()) is not None:
+            self.finish(number, self.compute(number))
+        for number, done in enumerate(self.done):  # pieces still in a helper's hands: not waited for
+            if not done:
+                self.finish(number, self.compute(number))
         return self.crcs
 
     def work(self) -> None:
-        while True:
-            with self.lock:
-                if self.next >= len(self.pieces) or self.error is not None:
-                    return
-                number = self.next
-                self.next += 1
-                self.running += 1
+        """A helper: take pieces until none is left."""
+        while (number := self.take()) is not None:
             try:
-                self.crcs[number] = [_crc32c(self.buffers[i][start:stop]) for i, start, stop in self.pieces[number]]
-            except BaseException as exc:
-                with self.lock:
-                    self.error = self.error or exc
-            finally:
-                with self.lock:
-                    self.running -= 1
-                    if not self.running:
-                        self.lock.notify_all()
+                crcs = self.compute(number)
+            except Exception:  # the caller computes this piece again and raises
+                return
+            self.finish(number, crcs)
+
+    def take(self) -> int | None:
+        with self.lock:
+            if self.next >= len(self.pieces):
+                return None
+            self.next += 1
+            return self.next - 1
+
+    def compute(self, number: int) -> list[int]:
+        return [_crc32c(self.buffers[i][start:stop]) for i, start, stop in self.pieces[number]]
+
+    def finish(self, number: int, crcs: list[int]) -> None:
+        with self.lock:
+            if not self.done[number]:
+                self.crcs[number] = crcs
+                self.done[number] = True
 
 
 def _helper_count() -> int:

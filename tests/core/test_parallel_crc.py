@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,6 +73,33 @@ def test_a_helper_error_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(parallel_crc, "_crc32c", broken)
     with pytest.raises(MemoryError, match="boom"):
         crc32c_many(_buffers(), piece_bytes=4096)
+
+
+def test_the_caller_never_waits_for_a_descheduled_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper stuck in its piece (another process has the core) does not hold the caller up."""
+    monkeypatch.setattr(parallel_crc, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel_crc, "_helper_count", lambda: 1)
+    entered, release = threading.Event(), threading.Event()
+    stuck = []
+    real = parallel_crc._crc32c
+
+    def crc(data: object, value: int = 0) -> int:
+        if threading.current_thread().name.startswith("opencheckpoint-crc") and not entered.is_set():
+            entered.set()
+            stuck.append(True)
+            release.wait(10)  # a helper that does not get the CPU until the caller is done
+            stuck.pop()
+        elif threading.current_thread() is threading.main_thread():
+            entered.wait(10)  # let the helper take a piece first
+        return real(data, value)
+
+    monkeypatch.setattr(parallel_crc, "_crc32c", crc)
+    buffers = _buffers()
+    try:
+        assert crc32c_many(buffers, piece_bytes=4096) == [crc32c_of(b) for b in buffers]
+        assert entered.is_set() and stuck == [True]  # returned while the helper still held its piece
+    finally:
+        release.set()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
