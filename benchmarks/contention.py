@@ -12,6 +12,9 @@ spinning on the CPU, and measures side by side:
 * ``single-threaded copy from the file map``: ``np.copyto`` from a fresh map
   of the checkpoint's ``data.bin`` (page cache warm): the least any restore
   from a file costs, since the source pages must be mapped;
+* ``single-threaded verify + copy from the file map``: the same, after one
+  CRC-32C pass over every array on the calling thread: the least a
+  verify-first restore costs without other threads (decision 0011);
 * OpenCheckpoint ``Checkpoint(model=module).load(path)``, verified and not.
 """
 
@@ -24,6 +27,7 @@ import sys
 from functools import partial
 from typing import Any
 
+import crc32c
 import numpy as np
 
 import opencheckpoint
@@ -45,16 +49,25 @@ def _copy_single(params: list[np.ndarray], sources: list[np.ndarray]) -> None:
         np.copyto(param, source)
 
 
-def _copy_from_map(data: os.PathLike[str], params: list[np.ndarray]) -> None:
-    """Copy each parameter's bytes out of a fresh map of ``data.bin`` (arrays at 64-byte aligned offsets)."""
+def _copy_from_map(data: os.PathLike[str], params: list[np.ndarray], verify: bool = False) -> None:
+    """Copy each parameter's bytes out of a fresh map of ``data.bin`` (arrays at 64-byte aligned offsets);
+    with ``verify``, checksum every array first (one thread)."""
     with open(data, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        offset = 0
-        for param in params:
-            offset = -(-offset // 64) * 64
-            view = np.frombuffer(mapped, dtype=param.dtype, count=param.size, offset=offset)
-            np.copyto(param.reshape(-1), view)
-            offset += param.nbytes
-            del view
+        _copy_views(mapped, params, verify)  # its views are gone when it returns: the map can close
+
+
+def _copy_views(mapped: mmap.mmap, params: list[np.ndarray], verify: bool) -> None:
+    offset = 0
+    views = []
+    for param in params:
+        offset = -(-offset // 64) * 64
+        views.append(np.frombuffer(mapped, dtype=param.dtype, count=param.size, offset=offset))
+        offset += param.nbytes
+    if verify:
+        for view in views:
+            crc32c.crc32c(view.data)
+    for param, view in zip(params, views, strict=True):
+        np.copyto(param.reshape(-1), view)
 
 
 def run(ctx: Context, neighbours: int = 1) -> None:
@@ -85,6 +98,9 @@ def run(ctx: Context, neighbours: int = 1) -> None:
         ctx.step(f"{group}: single-threaded copy from the file map")
         ctx.record(group, "single-threaded copy from the file map", measure(
             partial(_copy_from_map, data, [p.numpy() for p in params]), repeat=ctx.repeat), ctx.nbytes)
+        ctx.step(f"{group}: single-threaded verify + copy from the file map")
+        ctx.record(group, "single-threaded verify + copy from the file map", measure(
+            partial(_copy_from_map, data, [p.numpy() for p in params], True), repeat=ctx.repeat), ctx.nbytes)
         for verify in (True, False):
             name = f"restore torch {'verified' if verify else 'unverified'}"
             ctx.step(f"{group}: OpenCheckpoint {name}")

@@ -101,7 +101,9 @@ def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> lis
         here = {r.name: r for r in results if r.group == busy}
         copy_threads = next((name for name in here if name.startswith("copy_ (torch threads")), None)
         for ours, theirs, bound in (("restore torch unverified", "single-threaded copy from the file map", 0.9),
-                                    ("restore torch unverified", copy_threads, 1.0)):
+                                    ("restore torch unverified", copy_threads, 1.0),
+                                    ("restore torch verified", "single-threaded verify + copy from the file map",
+                                     0.9)):
             a, b = here.get(ours), here.get(theirs or "")
             if a is not None and b is not None:
                 rows.append(Row(f"{busy}: {ours} >= {bound:g} x {theirs}", b.seconds / a.seconds, bound,

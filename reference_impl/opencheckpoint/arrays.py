@@ -18,7 +18,8 @@ import numpy as np
 from .container.base import FileRegion
 from .dtypes import numpy_dtype
 from .errors import ArrayLayoutError, CheckpointError, ConcurrentModification, IntegrityError
-from .integrity import CHUNK_BYTES, crc32c_of, format_crc32c
+from .integrity import CHUNK_BYTES, format_crc32c
+from .parallel_crc import crc32c_many
 from .tree.decode import empty_array
 from .tree.nodes import ArrayRef
 
@@ -309,9 +310,37 @@ def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
 
 
 def verify_view(view: np.ndarray, ref: ArrayRef, file: str) -> None:
-    """Check an array's CRC-32C (and bool bytes) without copying it."""
-    _check_crc(crc32c_of(view.reshape(-1).view(np.uint8)) if ref.nbytes else 0, ref, file)
-    _check_bool(view, ref, file)
+    """Check an array's CRC-32C (and bool bytes) without copying it (a big one on several cores)."""
+    verify_views([(view, ref)], file)
+
+
+def verify_views(views: Sequence[tuple[np.ndarray, ArrayRef]], file: str) -> None:
+    """Check every array of ``views`` (CRC-32C, then bool bytes), raising the first error in their order.
+
+    All the checksums are computed together on the caller and a small thread pool
+    (:func:`~opencheckpoint.parallel_crc.crc32c_many`) before anything is raised.
+    """
+    for error in check_views(views, file):
+        if error is not None:
+            raise error
+
+
+def check_views(views: Sequence[tuple[np.ndarray, ArrayRef]], file: str) -> list[CheckpointError | None]:
+    """Each array's first error (R-ARR-14, then R-ARR-13), or None: one checksum pass over all of them."""
+    crcs = crc32c_many([view.reshape(-1).view(np.uint8) if ref.nbytes else _NO_BYTES for view, ref in views])
+    errors: list[CheckpointError | None] = []
+    for (view, ref), crc in zip(views, crcs, strict=True):
+        try:
+            _check_crc(crc, ref, file)
+            _check_bool(view, ref, file)
+        except CheckpointError as exc:
+            errors.append(exc)
+        else:
+            errors.append(None)
+    return errors
+
+
+_NO_BYTES = np.empty(0, dtype=np.uint8)
 
 
 def _check_crc(crc: int, ref: ArrayRef, file: str) -> None:
@@ -427,6 +456,18 @@ class LazyArray(ArrayHandle):
 
     def __repr__(self) -> str:
         return f"LazyArray({self.ref.dtype}{list(self.ref.shape)}, {self.ref.path})"
+
+
+def unique_views(data_map: memoryview, refs: Sequence[ArrayRef]) -> list[tuple[np.ndarray, ArrayRef]]:
+    """A view of each distinct array of ``refs`` (aliases of one extent once, R-ARR-10), in their order."""
+    seen: set[tuple[int, int, str, int]] = set()
+    out = []
+    for ref in refs:
+        key = (ref.offset, ref.nbytes, ref.dtype, ref.crc32c)
+        if key not in seen:
+            seen.add(key)
+            out.append((array_view(data_map, ref), ref))
+    return out
 
 
 def array_view(data_map: memoryview, ref: ArrayRef) -> np.ndarray:

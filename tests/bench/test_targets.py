@@ -56,6 +56,14 @@ def test_busy_neighbour_restore_is_compared_with_single_threaded_and_threaded_co
     assert rows[f"{group}: restore torch unverified >= 1 x copy_ (torch threads 2)"][1] == "PASS"
 
 
+def test_busy_neighbour_verified_restore_is_compared_with_a_single_threaded_verify_and_copy() -> None:
+    group = "busy neighbour x2"
+    rows = _rows([Result(group, "single-threaded verify + copy from the file map", [1.0], GIB),
+                  Result(group, "restore torch verified", [1.25], GIB)])
+    assert rows[f"{group}: restore torch verified >= 0.9 x single-threaded verify + copy from the file map"] == (
+        0.8, "MISS")
+
+
 def test_peak_memory_overhead_bound_is_64_mib() -> None:
     peaks = {"load": {"overhead": 65 * MIB, "state_bytes": GIB, "peak": 2 * GIB, "base": 50 * MIB},
              "save": {"overhead": 3 * MIB, "state_bytes": GIB, "peak": GIB, "base": 50 * MIB}}

@@ -17,9 +17,9 @@ ROOT = "opencheckpoint"
 #: The format core: containers, manifest, rules, tree codec, the read path up to NumPy arrays,
 #: validate and inspect. None of it may reach ``opencheckpoint.adapters``, even lazily.
 CORE = (
-    "errors", "limits", "paths", "strict_json", "integrity", "crc_combine", "dtypes", "models", "manifest",
-    "migrations", "location", "rules", "container", "tree", "opening", "steps", "arrays", "validate", "inspect",
-    "sharding", "file_scan",
+    "errors", "limits", "paths", "strict_json", "integrity", "crc_combine", "parallel_crc", "dtypes", "models",
+    "manifest", "migrations", "location", "rules", "container", "tree", "opening", "steps", "arrays", "validate",
+    "inspect", "sharding", "file_scan",
 )
 
 
