@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, parallel_crc, validate
+from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, parallel_crc
 from opencheckpoint.integrity import crc32c_of
 from opencheckpoint.parallel_crc import crc32c_many
 
