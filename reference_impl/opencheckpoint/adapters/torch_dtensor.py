@@ -32,9 +32,9 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 from ..arrays import verify_view
 from ..dtypes import numpy_dtype
-from ..errors import UnsupportedValue
 from ..tree.decode import empty_array
 from ..tree.nodes import ShardedArrayRef, ShardRef
+from ..tree.refusals import refuse
 from ..tree.shard_plan import LocalShard, ShardedValue
 from .torch_tensors import _VIEWS, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
@@ -79,10 +79,9 @@ def strided_block_is_contiguous(global_shape: tuple[int, ...], mesh_shape: tuple
     for dim, index in indices.items():
         rows = [int(i) for i in index.tolist()] if sizes[dim] else []
         if rows and rows != list(range(rows[0], rows[0] + len(rows))):
-            raise UnsupportedValue(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
+            raise refuse(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
                                    f"of dimension {dim}: a _StridedShard that does not leave each rank one "
-                                   "contiguous block is not supported yet; redistribute the DTensor first",
-                                   rule="R-WTR-3")
+                                   "contiguous block is not supported yet; redistribute the DTensor first")
 
 
 def _writes_replica(tensor: DTensor) -> bool:
@@ -100,9 +99,8 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
     """The sharded value of the DTensor ``tensor`` with this rank's block, if this rank writes it."""
     assert isinstance(tensor, DTensor)
     if any(placement.is_partial() for placement in tensor.placements):
-        raise UnsupportedValue(f"cannot store a DTensor with placements {tensor.placements}: a Partial() placement "
-                               "holds unreduced values; redistribute it to Replicate() or Shard() first",
-                               rule="R-WTR-3")
+        raise refuse(f"cannot store a DTensor with placements {tensor.placements}: a Partial() placement "
+                               "holds unreduced values; redistribute it to Replicate() or Shard() first")
     name = dtype_name_of(tensor.dtype)
     shape = tuple(int(d) for d in tensor.shape)
     region = local_region(tensor)
@@ -111,8 +109,8 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
     start, size = region
     local = tensor.to_local()
     if tuple(local.shape) != size:
-        raise UnsupportedValue(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
-                               f"{tensor.placements} give {size}", rule="R-WTR-3")
+        raise refuse(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
+                               f"{tensor.placements} give {size}")
     return ShardedValue(shape, name, (LocalShard(start, tensor_to_numpy(local)),))
 
 

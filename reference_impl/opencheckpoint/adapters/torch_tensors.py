@@ -24,6 +24,7 @@ from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
 from ..tree.decode import empty_array
 from ..tree.nodes import PRNGKeyValue
+from ..tree.refusals import refuse
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -107,18 +108,18 @@ def _check_has_host_data(tensor: torch.Tensor) -> None:
             fix = "it has no real data: save the real model outside the tracing/compilation context"
         else:
             fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
-        raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
-                               f"its own storage; {fix}", rule="R-WTR-3")
+        raise refuse(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
+                               f"its own storage; {fix}")
     if tensor._is_zerotensor():  # an autograd placeholder for zeros: it has no storage to read
-        raise UnsupportedValue("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
-                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead", rule="R-WTR-3")
+        raise refuse("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
+                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead")
     if tensor.device.type == "meta":
-        raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
-                               "e.g. module.to_empty(device='cpu') and initialize or load it)", rule="R-WTR-3")
+        raise refuse("cannot store a meta tensor: it has a shape but no data (materialize it first, "
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)")
     try:
         tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", rule="R-WTR-3") from None
+        raise refuse(f"cannot store a {name} without storage ({exc})") from None
 
 
 

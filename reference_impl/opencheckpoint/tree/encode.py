@@ -35,6 +35,7 @@ from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
+from .refusals import refuse
 from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .sink import current_sink
 
@@ -163,18 +164,18 @@ class TreePlan:
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            raise UnsupportedValue(
+            raise refuse(
                 f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
                 "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
                 "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
-                field=path, rule="R-WTR-3")
+                field=path)
         if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
             fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
                    "saves it with StateDictAdapter, keeping its state whole)")
         else:
             fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
-        raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
-                               field=path, rule="R-WTR-3")
+        raise refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
+                               field=path)
 
     def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
         """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
@@ -199,9 +200,8 @@ class TreePlan:
             replacement = self._convert(value)
             if replacement is not NOT_HANDLED:
                 if type(replacement) is not dict:
-                    raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
-                                           f"{type(replacement).__qualname__}, not a dict", field=path,
-                                           rule="R-WTR-3")
+                    raise refuse(f"converter turned a {kind.__qualname__} into a "
+                                           f"{type(replacement).__qualname__}, not a dict", field=path)
                 return replacement
         name = f"{kind.__module__}.{kind.__qualname__}"
         if attributes:
@@ -211,10 +211,10 @@ class TreePlan:
                     if attributes == ["_metadata"] else "")
         else:
             lost, hint = "it would come back as a plain dict", ""
-        raise UnsupportedValue(
+        raise refuse(
             f"cannot store this {name} as a tree dict: {lost}{hint}. Convert it to a plain dict, or use an "
             "adapter that keeps it (StateDictAdapter for objects with state_dict(), or your own Adapter)",
-            field=path, rule="R-WTR-3")
+            field=path)
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -388,8 +388,7 @@ def write_sharded_tree(plan: TreePlan, directory: Path, *, durable: bool, sha256
     """
     assert plan.shards is not None
     if archive is not None:
-        raise UnsupportedValue("sharded arrays are saved in the directory form only (format='directory')",
-                               rule="R-WTR-3")
+        raise refuse("sharded arrays are saved in the directory form only (format='directory')")
     entries = plan.shards.write(directory, durable=durable, sha256=sha256)
     for path, node in plan.shards.nodes:
         check_cover(node[2], node[3], path)
