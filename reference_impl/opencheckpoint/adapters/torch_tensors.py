@@ -22,6 +22,8 @@ import torch
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
+from ..rules import required
+from ..rules.tree import TREE
 from ..tree.decode import empty_array
 from ..tree.nodes import PRNGKeyValue
 from ..tree.refusals import refuse
@@ -50,7 +52,7 @@ def dtype_name_of(dtype: torch.dtype) -> str:
     """The spec name of a torch dtype; :class:`UnsupportedValue` for dtypes outside the table."""
     name = TORCH_DTYPE_NAMES.get(dtype)
     if name is None:
-        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
+        raise required(TREE.check("R-DT-1", None, None, dtype, framework="torch", reported_as=UnsupportedValue))
     return name
 
 
@@ -63,11 +65,9 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     ('bfloat16', True)
     """
     if tensor.layout != torch.strided:
-        raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
-                               rule="R-TREE-1")
+        raise refuse(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first")
     if tensor.is_quantized or tensor.is_nested:
-        raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
-                               rule="R-TREE-1")
+        raise refuse("cannot store a quantized or nested tensor; dequantize/unbind it first")
     _check_has_host_data(tensor)
     name = dtype_name_of(tensor.dtype)
     tensor = tensor.detach()
@@ -173,10 +173,15 @@ def _wrap(data: np.ndarray) -> torch.Tensor:
 
 def _torch_dtype_for(data: np.ndarray) -> torch.dtype:
     name = dtype_name(data.dtype)
+    return _torch_dtype(name)
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype name; R-DT-1 the other way round: this torch build may lack one."""
     dtype = TORCH_DTYPES.get(name)
     if dtype is None:
-        raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                    rule="R-DT-1")
+        raise required(TREE.check("R-DT-1", None, None, name, framework=f"torch build ({torch.__version__})",
+                                  to_name=False, reported_as=IncompatibleComponent))
     return dtype
 
 
@@ -208,11 +213,7 @@ class TorchFramework:
         return PRNGKeyValue(impl, data)
 
     def dtype(self, name: str) -> torch.dtype:
-        dtype = TORCH_DTYPES.get(name)
-        if dtype is None:
-            raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                        rule="R-DT-1")
-        return dtype
+        return _torch_dtype(name)
 
 
 FRAMEWORK = TorchFramework()

@@ -33,7 +33,9 @@ import numpy as np
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import CheckpointError, LimitExceeded
-from ..limits import ARRAY_MAX_NDIM, SHARDS_MAX_PER_ARRAY
+from ..limits import SHARDS_MAX_PER_ARRAY
+from ..rules import raise_if
+from ..rules.tree import TREE
 from .datafile import DataFilePlan
 from .refusals import refuse
 
@@ -118,9 +120,7 @@ def _checked_header(value: ShardedValue, path: str) -> tuple[tuple[int, ...], st
     shape = value.global_shape
     if not isinstance(shape, (tuple, list)) or not all(type(d) is int and d >= 0 for d in shape):
         raise refuse(f"global_shape must be a tuple of ints >= 0, got {shape!r}", field=path)
-    if len(shape) > ARRAY_MAX_NDIM:
-        raise LimitExceeded(f"array has {len(shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
-                            rule="R-LIM-13")
+    raise_if(TREE.check("R-LIM-13", path, len(shape)))
     if len(value.local_shards) > SHARDS_MAX_PER_ARRAY:
         # The reader's limit (R-LIM-20), refused before writing; the rule's one check site is the reader's.
         raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {SHARDS_MAX_PER_ARRAY} per array "
