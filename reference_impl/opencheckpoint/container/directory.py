@@ -23,10 +23,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import (
-    CheckpointError,
-    MissingFile,
-)
+from ..errors import CheckpointError, MissingFile
 from ..limits import ARCHIVE_MAX_MEMBERS
 from ..manifest import MANIFEST_NAME
 from ..rules import raise_if, required
@@ -64,9 +61,7 @@ class DirectorySource(Source):
             # The caller's path may pass through symlinks (a `latest` link): only entries below count.
             self._root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         except OSError as exc:
-            error = CON.check("R-PUB-11", None, True, exc, "open directory", file=str(path))
-            assert error is not None  # a failure always breaks the rule
-            raise error from None
+            raise required(CON.check("R-PUB-11", None, True, exc, "open directory", file=str(path))) from None
         #: relative path -> descriptor held from :meth:`pin` until :meth:`close`
         self._pinned: dict[str, int] = {}
         #: files the inventory found: one of them missing later means the checkpoint was replaced

@@ -17,6 +17,7 @@ from typing import Final
 
 from ..errors import ArchiveError, CheckpointError, LimitExceeded, NotACheckpoint, UnsafePath
 from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS
+from ..rules import raise_if
 from ..rules.archive import ZIP
 
 #: ``pread(offset, size)``: the bytes there, or ``b""`` when the range is not inside the file.
@@ -108,10 +109,8 @@ def _zip64_values(extra: bytes, wanted: list[tuple[str, int, int]], where: str, 
     body = _extra_fields(extra).get(_ZIP64_EXTRA)
     position = 0
     for name, width in needed:
-        missing = ZIP.check("R-ZIP-15", where, name, True, body is not None and position + width <= len(body),
-                            file=file)
-        if missing is not None:
-            raise missing
+        raise_if(ZIP.check("R-ZIP-15", where, name, True, body is not None and position + width <= len(body),
+                           file=file))
         assert body is not None  # for mypy: supplied above
         values[name] = int.from_bytes(body[position : position + width], "little")
         position += width
@@ -150,9 +149,7 @@ def read_end_record(pread: Pread, size: int, where: str) -> EndRecord:
     """R-ZIP-2: the last 22 bytes are an end of central directory record with an empty comment."""
     eocd_at = size - _EOCD.size
     raw = pread(eocd_at, _EOCD.size) if eocd_at >= 4 else b""
-    error = ZIP.check("R-ZIP-2", "end of central directory record", raw, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-2", "end of central directory record", raw, file=where))
     _, disk, cd_disk, count_disk, count_total, cd_size, cd_offset, _ = _EOCD.unpack(raw)
     return EndRecord(disk, cd_disk, count_disk, count_total, cd_size, cd_offset, eocd_at)
 
@@ -165,27 +162,21 @@ def resolve_zip64(pread: Pread, end: EndRecord, where: str) -> EndRecord:
         saturated = _U16 in (end.disk, end.cd_disk, end.count_disk, end.count_total) or _U32 in (end.cd_size,
                                                                                                   end.cd_offset)
         record_name = "end of central directory record"
-        error = ZIP.check("R-ZIP-15", record_name, record_name, saturated, False, file=where)
-        if error is not None:
-            raise error
+        raise_if(ZIP.check("R-ZIP-15", record_name, record_name, saturated, False, file=where))
         return end
     _, z64_disk, z64_at, _ = _Z64_LOCATOR.unpack(locator)
     record = pread(z64_at, _Z64_EOCD.size)
     locator_name = "ZIP64 end of central directory locator"
-    error = ZIP.check("R-ZIP-3", f"{locator_name}: disk", locator_name, z64_disk, file=where) or ZIP.check(
-        "R-ZIP-15", locator_name, locator_name, True,
-        len(record) == _Z64_EOCD.size and record[:4] == _Z64_EOCD_SIGNATURE, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-3", f"{locator_name}: disk", locator_name, z64_disk, file=where)
+             or ZIP.check("R-ZIP-15", locator_name, locator_name, True,
+                          len(record) == _Z64_EOCD.size and record[:4] == _Z64_EOCD_SIGNATURE, file=where))
     (_, record_size, _, _, z_disk, z_cd_disk, z_count_disk, z_count_total, z_cd_size,
      z_cd_offset) = _Z64_EOCD.unpack(record)
     if z64_at + 12 + record_size != eocd_at - _Z64_LOCATOR.size:
         raise end_records_gap("bytes between the ZIP64 end records", "ZIP64 end of central directory record",
                               where)
-    error = ZIP.check("R-ZIP-3", "ZIP64 end of central directory record: disk",
-                      "ZIP64 end of central directory record", z_disk, z_cd_disk, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-3", "ZIP64 end of central directory record: disk",
+                       "ZIP64 end of central directory record", z_disk, z_cd_disk, file=where))
 
     def pick(value: int, wide: int, marker: int) -> int:
         return wide if value == marker else value
@@ -198,16 +189,12 @@ def resolve_zip64(pread: Pread, end: EndRecord, where: str) -> EndRecord:
 def check_end_record(end: EndRecord, where: str) -> None:
     """R-ZIP-3 (one disk), R-LIM-17 (entry count), R-ZIP-4 (counts agree), R-ZIP-24 (end records follow the
     central directory without a gap)."""
-    error = ZIP.check("R-ZIP-3", "end of central directory record: disk", "end of central directory record",
-                      end.disk, end.cd_disk, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-3", "end of central directory record: disk", "end of central directory record",
+                       end.disk, end.cd_disk, file=where))
     if end.count_total > ARCHIVE_MAX_MEMBERS:
         raise LimitExceeded(f"{end.count_total} central directory entries, limit {ARCHIVE_MAX_MEMBERS}",
                             file=where, field="end of central directory record: total entries", rule="R-LIM-17")
-    error = ZIP.check("R-ZIP-4", _ENTRIES, end.count_disk, end.count_total, 0, False, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-4", _ENTRIES, end.count_disk, end.count_total, 0, False, file=where))
     if end.cd_offset + end.cd_size != end.cd_end:
         raise end_records_gap(f"the central directory [{end.cd_offset}, {end.cd_offset + end.cd_size}) does not "
                               f"end where the end records begin ({end.cd_end})",
@@ -220,14 +207,10 @@ def read_central_directory(directory: bytes, count_total: int, where: str) -> li
     position = 0
     while position < len(directory):
         # one more entry follows: more than counted breaks R-ZIP-4 before that entry is read
-        error = ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries) + 1, False, file=where)
-        if error is not None:
-            raise error
+        raise_if(ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries) + 1, False, file=where))
         member, position = read_central_entry(directory, position, len(entries), where)
         entries.append(member)
-    error = ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries), True, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries), True, file=where))
     return entries
 
 
@@ -235,18 +218,14 @@ def read_central_entry(directory: bytes, position: int, index: int, where: str) 
     """One central directory entry (R-ZIP-4, R-ZIP-25, R-ZIP-15, R-ZIP-3); returns it and where the next begins."""
     header_fits = directory[position : position + 4] == _CENTRAL_SIGNATURE and (
         position + _CENTRAL.size <= len(directory))
-    error = ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
-                      header_fits=header_fits, file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
+                       header_fits=header_fits, file=where))
     fields = _CENTRAL.unpack_from(directory, position)
     name_len, extra_len, comment_len = fields[10], fields[11], fields[12]
     start = position + _CENTRAL.size
     end = start + name_len + extra_len + comment_len
-    error = ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
-                      entry_fits=end <= len(directory), file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
+                       entry_fits=end <= len(directory), file=where))
     member = Member(index, directory[start : start + name_len], fields,
                     directory[start + name_len : start + name_len + extra_len])
     framing = _extra_framing_error(member.extra, where, member.where("extra field"))
@@ -259,10 +238,8 @@ def read_central_entry(directory: bytes, position: int, index: int, where: str) 
                              member.where("ZIP64 extra field"), where)
     member.size, member.csize = resolved["uncompressed size"], resolved["compressed size"]
     member.header, member.disk = resolved["local header offset"], resolved["disk number start"]
-    error = ZIP.check("R-ZIP-3", member.where("disk number start"), "central directory entry", member.disk,
-                      file=where)
-    if error is not None:
-        raise error
+    raise_if(ZIP.check("R-ZIP-3", member.where("disk number start"), "central directory entry", member.disk,
+                       file=where))
     return member, end
 
 
