@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from ckpt_helpers import MARK, array_node, crc_int, expect_rejected, forms, make_checkpoint, set_tree
 
-import opencheckpoint.tree.exact as exact_module
 import opencheckpoint.rules.tree as tree_rules
+import opencheckpoint.tree.exact as exact_module
 import opencheckpoint.tree.fast as fast_module
 from opencheckpoint import (
     ArrayLayoutError,

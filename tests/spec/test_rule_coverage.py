@@ -177,3 +177,16 @@ def test_a_second_check_for_one_rule_is_refused() -> None:
         assert "R-X-1 already has a check" in str(exc)
     else:
         raise AssertionError("a second check for R-X-1 was accepted")
+
+
+def test_one_check_serves_reader_and_writer_and_names_the_file_it_is_given() -> None:
+    from opencheckpoint.errors import IntegrityError, UnknownDtype, UnsupportedValue
+
+    reader = TREE.check("R-DT-1", "$.w", None, "float128")
+    writer = TREE.check("R-DT-1", "$.w", None, "float128", reported_as=UnsupportedValue)
+    assert type(reader) is UnknownDtype and type(writer) is UnsupportedValue
+    assert reader.message == writer.message and (reader.rule, writer.rule) == ("R-DT-1", "R-DT-1")
+    assert TREE.check("R-DT-1", "$.w", "float32", "float32") is None
+    size = CON.check("R-CHK-6", "size", 3, 8, file="components/m/data.bin")
+    assert isinstance(size, IntegrityError) and (size.file, size.field) == ("components/m/data.bin", "size")
+    assert "truncated" in size.message and CON.check("R-CHK-6", "size", 8, 8, file="x") is None
