@@ -19,7 +19,9 @@ from typing import Final
 import ml_dtypes
 import numpy as np
 
-from .errors import UnknownDtype
+from .errors import CheckpointError
+from .rules import required
+from .rules.tree import TREE
 
 #: name -> (bytes per element, NumPy / ml_dtypes type). Order is the spec table's order.
 DTYPES: Final[dict[str, tuple[int, type]]] = {
@@ -46,8 +48,8 @@ DTYPES: Final[dict[str, tuple[int, type]]] = {
 }
 
 
-def _unknown(name: object) -> UnknownDtype:
-    return UnknownDtype(f"dtype {name!r} is not in the dtype table", rule="R-DT-1")
+def _unknown(name: object) -> CheckpointError:
+    return required(TREE.check("R-DT-1", None, None, name))
 
 
 def itemsize(name: str) -> int:
@@ -74,7 +76,7 @@ def dtype_name(dtype: np.dtype) -> str:
     """The spec name of a NumPy dtype (either byte order); :class:`UnknownDtype` otherwise."""
     name = _BY_NUMPY.get(dtype.newbyteorder("="))
     if name is None:
-        raise UnknownDtype(f"NumPy dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
+        raise required(TREE.check("R-DT-1", None, None, dtype, framework="NumPy"))
     return name
 
 

@@ -13,10 +13,12 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from .container.base import Source, check_locatable, identity, is_staging_name, old_candidates, writers_at
+from .container.base import Source, check_locatable, identity, old_candidates, writers_at
 from .container.opener import open_source
-from .errors import CheckpointError, ConcurrentModification, ExtraFile, IntegrityError, MissingFile, NotACheckpoint
+from .errors import CheckpointError, ConcurrentModification, NotACheckpoint
 from .manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
+from .rules import raise_if, required
+from .rules.container import CON
 
 Understood = Collection[str] | Mapping[str, int]
 
@@ -29,9 +31,7 @@ def open_verified(
     ``issues`` receives every further error of the steps that can report several; the first is raised.
     ``check_files=False`` stops after step 9 (manifest and paths).
     """
-    if is_staging_name(path):
-        raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(path),
-                             rule="R-PUB-12")
+    raise_if(CON.check("R-PUB-12", None, path.name, file=str(path)))
     return _open_consistent(path, understood, issues, check_files)
 
 
@@ -97,7 +97,7 @@ def _open_consistent(
         except CheckpointError as exc:
             error: CheckpointError = exc
         except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
-            error = MissingFile(f"cannot read: {exc.strerror}", file=str(exc.filename or target), rule="R-CON-3")
+            error = required(CON.check("R-CON-3", None, failure=exc, file=str(exc.filename or target)))
         if identity(target) == before and not isinstance(error, ConcurrentModification):
             if issues is not None and found:
                 issues.extend(found)
@@ -127,30 +127,25 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
         if rel not in files and not under_rejected(rel):
             missing += 1
             if missing <= REPORTED_PER_RULE:
-                errors.append(MissingFile("listed in the manifest but absent (or not a regular file)", file=rel,
-                                          field=field_of("components", component, "files", key),
-                                          rule="R-CON-3"))
+                errors.append(required(CON.check("R-CON-3", field_of("components", component, "files", key),
+                                                 "absent (or not a regular file)", file=rel)))
     if missing > REPORTED_PER_RULE:
-        errors.append(MissingFile(f"and {missing - REPORTED_PER_RULE} more listed files are absent (not reported "
-                                  "one by one)", file=str(source.path), field="$.components", rule="R-CON-3"))
+        errors.append(required(CON.check("R-CON-3", "$.components", more=missing - REPORTED_PER_RULE,
+                                         file=str(source.path))))
     extra = 0
     for rel in files:
         if rel != MANIFEST_NAME and rel not in listed:
             extra += 1
             if extra <= REPORTED_PER_RULE:
-                errors.append(ExtraFile("no component lists this file", file=rel, rule="R-CON-2"))
+                errors.append(required(CON.check("R-CON-2", None, 1, file=rel)))
     if extra > REPORTED_PER_RULE:
-        errors.append(ExtraFile(f"and {extra - REPORTED_PER_RULE} more files that no component lists (not "
-                                "reported one by one)", file=str(source.path), rule="R-CON-2"))
+        errors.append(required(CON.check("R-CON-2", None, extra - REPORTED_PER_RULE, file=str(source.path))))
     _raise_first(errors, issues)
     components = parsed.manifest.components
     for rel, (component, key) in listed.items():
-        expected = components[component].files[key].size
-        if files[rel] != expected:
-            error = IntegrityError(f"file is {files[rel]} bytes, the manifest says {expected} "
-                                   f"({'truncated' if files[rel] < expected else 'extended'})", file=rel,
-                                   field=field_of("components", component, "files", key, "size"),
-                                   rule="R-CHK-6")
+        error = CON.check("R-CHK-6", field_of("components", component, "files", key, "size"), files[rel],
+                          components[component].files[key].size, file=rel)
+        if error is not None:
             errors.append(error)
     _raise_first(errors, issues)
 
@@ -175,7 +170,7 @@ def _open_fallback(
     if not candidates:
         writers = writers_at(target)
         hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
-        raise NotACheckpoint(f"no such file or directory{hint}", file=str(target), rule="R-PUB-10")
+        raise required(CON.check("R-PUB-10", None, False, f"no such file or directory{hint}", file=str(target)))
     raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
                          f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
                          rule="R-PUB-14")

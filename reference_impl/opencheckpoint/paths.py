@@ -27,6 +27,9 @@ SEGMENT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", re.ASCII)
 #: Component names follow the same rule as one path segment (R-CMP-1).
 NAME_PATTERN = SEGMENT_PATTERN
+#: The rules the segment grammar is reported under: a component ``path``, a file of a component's ``files``
+#: inventory, a ZIP member name. A component name a writer is given is held to the component path's rule.
+COMPONENT_PATH, INVENTORY_PATH, MEMBER_NAME = "R-PATH-1", "R-PATH-2", "R-PATH-5"
 _FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -67,12 +70,15 @@ def path_grammar_error(path: object, requirement: str) -> UnsafePath | None:
 
 def check_segment(segment: str) -> str:
     """Raise :class:`UnsafePath` unless ``segment`` is one allowed path segment (or component name)."""
-    if not isinstance(segment, str) or not _SEGMENT.fullmatch(segment):
-        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", rule="R-PATH-1")
+    if isinstance(segment, str) and "/" in segment:  # more than one segment
+        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", rule=COMPONENT_PATH)
+    error = path_grammar_error(segment, COMPONENT_PATH)
+    if error is not None:
+        raise error
     return segment
 
 
-def check_relative_path(path: str, requirement: str = "R-PATH-1") -> str:
+def check_relative_path(path: str, requirement: str = COMPONENT_PATH) -> str:
     """Check lengths, then the grammar, of one path; return it unchanged."""
     error: CheckpointError | None = path_limit_error(path) or path_grammar_error(path, requirement)
     if error is not None:

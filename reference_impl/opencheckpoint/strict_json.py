@@ -48,8 +48,13 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _not_json(why: str) -> ManifestError:
+    """R-MAN-3: the text is not JSON by RFC 8259 (a syntax error, or a token Python's parser would accept)."""
+    return ManifestError(why, rule="R-MAN-3")
+
+
 def _constant(name: str) -> Any:
-    raise _Reject(ManifestError(f"{name} is not a JSON token", rule="R-MAN-3"))
+    raise _Reject(_not_json(f"{name} is not a JSON token"))
 
 
 def _integer(text: str) -> int:
@@ -119,8 +124,7 @@ def _parse(data: bytes) -> Any:
     except RecursionError:
         raise _too_deep() from None
     except json.JSONDecodeError as exc:
-        raise ManifestError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                            rule="R-MAN-3") from None
+        raise _not_json(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     _walk(value)
     return value
 

@@ -38,6 +38,7 @@ from .manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from .models import FileEntry
 from .opening import REPORTED_PER_RULE
 from .progress import ProgressArg, advance, files_bytes, reporting
+from .rules.container import CON, file_size
 from .sharding.layout import data_file_sizes, extents_by_file
 from .sharding.reading import ComponentFiles, ShardedReads
 from .steps import PAYLOADS, CheckpointSteps, check_file_crc32c
@@ -146,7 +147,7 @@ def _inventory_truncated(errors: list[CheckpointError]) -> bool:
 def _is_inventory_error(exc: CheckpointError) -> bool:
     """Step 10-11 errors about one file (R-CON-2 extra, R-CON-3 missing, R-CHK-6 size)."""
     return isinstance(exc, (ExtraFile, MissingFile)) or (isinstance(exc, IntegrityError)
-                                                          and exc.rule == "R-CHK-6")
+                                                          and exc.rule == CON.id_of(file_size))
 
 
 def _attempt(report: ValidationReport, failed: set[str], name: str, check: Callable[..., Any], *args: Any) -> Any:

@@ -18,6 +18,8 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..rules import raise_if
+from ..rules.tree import TREE
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
 from . import jax_sharding
@@ -43,9 +45,7 @@ def key_impl_name(dtype: Any) -> str:
     """The implementation name of a key dtype (``key<fry>`` -> ``threefry2x32``)."""
     impl = getattr(dtype, "_impl", None)
     name = getattr(impl, "name", None)
-    if name not in KEY_IMPLS:
-        raise UnsupportedValue(f"PRNG key implementation {name or dtype!s} has no OpenCheckpoint name "
-                               f"(supported: {', '.join(KEY_IMPLS)})", rule="R-TREE-25")
+    raise_if(TREE.check("R-TREE-25", None, str(name or dtype), False, reported_as=UnsupportedValue))
     return str(name)
 
 

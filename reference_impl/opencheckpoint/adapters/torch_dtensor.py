@@ -37,9 +37,9 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from ..errors import UnsupportedValue
 from ..sharding.reading import ComponentFiles, ShardedReads
 from ..tree.nodes import ShardedArrayRef
+from ..tree.refusals import refuse
 from ..tree.shard_plan import LocalShard, ShardedValue
 from . import torch_strided as strided
 from .torch_tensors import _VIEWS, FRAMEWORK, dtype_name_of, numpy_to_tensor, tensor_to_numpy
@@ -76,10 +76,10 @@ def strided_block_is_contiguous(global_shape: tuple[int, ...], mesh_shape: tuple
     """
     for dim, rows in strided.dim_indices(global_shape, mesh_shape, coordinate, placements).items():
         if rows and rows != list(range(rows[0], rows[0] + len(rows))):
-            raise UnsupportedValue(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
-                                   f"of dimension {dim}: restoring into a _StridedShard layout that does not "
-                                   "leave each rank one contiguous block is not supported yet; load into another "
-                                   "layout and redistribute the DTensor", rule="R-WTR-3")
+            raise refuse(f"the placements {placements} give this rank the scattered indices {rows[:8]} "
+                         f"of dimension {dim}: restoring into a _StridedShard layout that does not "
+                         "leave each rank one contiguous block is not supported yet; load into another "
+                         "layout and redistribute the DTensor")
 
 
 def _writes_replica(tensor: DTensor) -> bool:
@@ -97,9 +97,8 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
     """The sharded value of the DTensor ``tensor`` with this rank's block, if this rank writes it."""
     assert isinstance(tensor, DTensor)
     if any(placement.is_partial() for placement in tensor.placements):
-        raise UnsupportedValue(f"cannot store a DTensor with placements {tensor.placements}: a Partial() placement "
-                               "holds unreduced values; redistribute it to Replicate() or Shard() first",
-                               rule="R-WTR-3")
+        raise refuse(f"cannot store a DTensor with placements {tensor.placements}: a Partial() placement "
+                               "holds unreduced values; redistribute it to Replicate() or Shard() first")
     name = dtype_name_of(tensor.dtype)
     shape = tuple(int(d) for d in tensor.shape)
     if any(isinstance(placement, _StridedShard) for placement in tensor.placements):
@@ -110,8 +109,8 @@ def to_sharded(tensor: torch.Tensor) -> ShardedValue:
     start, size = region
     local = tensor.to_local()
     if tuple(local.shape) != size:
-        raise UnsupportedValue(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
-                               f"{tensor.placements} give {size}", rule="R-WTR-3")
+        raise refuse(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
+                               f"{tensor.placements} give {size}")
     return ShardedValue(shape, name, (LocalShard(start, tensor_to_numpy(local)),))
 
 
@@ -129,8 +128,8 @@ def _strided_to_sharded(tensor: DTensor, shape: tuple[int, ...], name: str) -> S
     blocks = strided.local_blocks(shape, tuple(mesh.shape), tuple(coordinate), tuple(tensor.placements))
     expected = tuple(max((b[1][d] + b[2][d] for b in blocks), default=0) for d in range(len(shape)))
     if blocks and tuple(local.shape) != expected:
-        raise UnsupportedValue(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
-                               f"{tensor.placements} give {expected}", rule="R-WTR-3")
+        raise refuse(f"the local tensor of this rank has shape {tuple(local.shape)}, its placements "
+                     f"{tensor.placements} give {expected}")
     return ShardedValue(shape, name, tuple(
         LocalShard(start, local[tuple(slice(o, o + n) for o, n in zip(offset, size, strict=True))])
         for start, offset, size in blocks))

@@ -22,8 +22,11 @@ import torch
 
 from ..dtypes import dtype_name, numpy_dtype
 from ..errors import IncompatibleComponent, UnsupportedValue
+from ..rules import required
+from ..rules.tree import TREE
 from ..tree.decode import empty_array
 from ..tree.nodes import PRNGKeyValue
+from ..tree.refusals import refuse
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -49,7 +52,7 @@ def dtype_name_of(dtype: torch.dtype) -> str:
     """The spec name of a torch dtype; :class:`UnsupportedValue` for dtypes outside the table."""
     name = TORCH_DTYPE_NAMES.get(dtype)
     if name is None:
-        raise UnsupportedValue(f"torch dtype {dtype} has no OpenCheckpoint name", rule="R-DT-1")
+        raise required(TREE.check("R-DT-1", None, None, dtype, framework="torch", reported_as=UnsupportedValue))
     return name
 
 
@@ -62,11 +65,9 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     ('bfloat16', True)
     """
     if tensor.layout != torch.strided:
-        raise UnsupportedValue(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first",
-                               rule="R-TREE-1")
+        raise refuse(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first")
     if tensor.is_quantized or tensor.is_nested:
-        raise UnsupportedValue("cannot store a quantized or nested tensor; dequantize/unbind it first",
-                               rule="R-TREE-1")
+        raise refuse("cannot store a quantized or nested tensor; dequantize/unbind it first")
     _check_has_host_data(tensor)
     name = dtype_name_of(tensor.dtype)
     tensor = tensor.detach()
@@ -107,18 +108,18 @@ def _check_has_host_data(tensor: torch.Tensor) -> None:
             fix = "it has no real data: save the real model outside the tracing/compilation context"
         else:
             fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
-        raise UnsupportedValue(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
-                               f"its own storage; {fix}", rule="R-WTR-3")
+        raise refuse(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
+                               f"its own storage; {fix}")
     if tensor._is_zerotensor():  # an autograd placeholder for zeros: it has no storage to read
-        raise UnsupportedValue("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
-                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead", rule="R-WTR-3")
+        raise refuse("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
+                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead")
     if tensor.device.type == "meta":
-        raise UnsupportedValue("cannot store a meta tensor: it has a shape but no data (materialize it first, "
-                               "e.g. module.to_empty(device='cpu') and initialize or load it)", rule="R-WTR-3")
+        raise refuse("cannot store a meta tensor: it has a shape but no data (materialize it first, "
+                               "e.g. module.to_empty(device='cpu') and initialize or load it)")
     try:
         tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        raise UnsupportedValue(f"cannot store a {name} without storage ({exc})", rule="R-WTR-3") from None
+        raise refuse(f"cannot store a {name} without storage ({exc})") from None
 
 
 
@@ -172,10 +173,15 @@ def _wrap(data: np.ndarray) -> torch.Tensor:
 
 def _torch_dtype_for(data: np.ndarray) -> torch.dtype:
     name = dtype_name(data.dtype)
+    return _torch_dtype(name)
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype name; R-DT-1 the other way round: this torch build may lack one."""
     dtype = TORCH_DTYPES.get(name)
     if dtype is None:
-        raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                    rule="R-DT-1")
+        raise required(TREE.check("R-DT-1", None, None, name, framework=f"torch build ({torch.__version__})",
+                                  to_name=False, reported_as=IncompatibleComponent))
     return dtype
 
 
@@ -207,11 +213,7 @@ class TorchFramework:
         return PRNGKeyValue(impl, data)
 
     def dtype(self, name: str) -> torch.dtype:
-        dtype = TORCH_DTYPES.get(name)
-        if dtype is None:
-            raise IncompatibleComponent(f"this torch build ({torch.__version__}) has no {name} dtype",
-                                        rule="R-DT-1")
-        return dtype
+        return _torch_dtype(name)
 
 
 FRAMEWORK = TorchFramework()

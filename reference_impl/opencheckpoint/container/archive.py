@@ -18,10 +18,12 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from ..errors import ArchiveError, CheckpointError, LimitExceeded, MissingFile, NotACheckpoint
-from ..limits import MANIFEST_MAX_BYTES
+from ..errors import ArchiveError, CheckpointError
 from ..manifest import MANIFEST_NAME
-from ..paths import path_grammar_error, path_limit_error
+from ..paths import MEMBER_NAME, path_grammar_error, path_limit_error
+from ..rules import raise_if, required
+from ..rules.archive import ZIP
+from ..rules.container import CON
 from .base import FileRegion, Source, size_mismatch
 from .zip_records import (
     Member,
@@ -46,7 +48,7 @@ class ArchiveSource(Source):
         try:
             self._file = open(path, "rb")  # noqa: SIM115  (open for the source's lifetime; close() closes it)
         except OSError as exc:
-            raise NotACheckpoint(f"cannot open: {exc.strerror}", file=str(path), rule="R-PUB-11") from None
+            raise required(CON.check("R-PUB-11", None, True, exc, file=str(path))) from None
         self._map: mmap.mmap | None = None
         try:
             self._size = os.fstat(self._file.fileno()).st_size
@@ -54,7 +56,7 @@ class ArchiveSource(Source):
             self._manifest = self._manifest_member()
         except (OSError, ValueError, struct.error) as exc:
             self._file.close()
-            raise ArchiveError(f"unreadable archive: {exc}", file=str(path), rule="R-ZIP-2") from None
+            raise required(ZIP.check("R-ZIP-2", None, b"", str(exc), file=str(path))) from None
         except BaseException:
             self._file.close()
             raise
@@ -77,9 +79,8 @@ class ArchiveSource(Source):
         return read_central_directory(self._pread(end.cd_offset, end.cd_size), end.count_total, where)
 
     def _manifest_member(self) -> Member:
-        names = [m for m in self._entries if m.raw_name == MANIFEST_NAME.encode("ascii")]
-        if not names:
-            raise NotACheckpoint("the archive has no member manifest.json", file=str(self.path), rule="R-CON-1")
+        found = any(m.raw_name == MANIFEST_NAME.encode("ascii") for m in self._entries)
+        raise_if(CON.check("R-CON-1", None, "archive", "file" if found else "absent", file=str(self.path)))
         last = self._entries[-1]
         if last.raw_name != MANIFEST_NAME.encode("ascii"):
             raise ArchiveError("manifest.json must be the last central directory entry", file=MANIFEST_NAME,
@@ -108,7 +109,7 @@ class ArchiveSource(Source):
                                            field=member.where("file name"), rule="R-ZIP-10"))
                 rejected.append(name)
                 continue
-            bad_name = path_limit_error(name) or path_grammar_error(name, "R-PATH-5")
+            bad_name = path_limit_error(name) or path_grammar_error(name, MEMBER_NAME)
             if bad_name is not None:
                 bad_name.file, bad_name.field = name, member.where("file name")
                 errors.append(bad_name)
@@ -124,11 +125,10 @@ class ArchiveSource(Source):
                 errors.append(error)
                 rejected.append(name)
                 continue
-            if member.header != expected_header:
-                errors.append(ArchiveError(
-                    f"local header at {member.header}, expected {expected_header} (local headers follow the "
-                    "central directory order without gaps)", file=name, field=member.where("local header offset"),
-                    rule="R-ZIP-19"))
+            out_of_order = ZIP.check("R-ZIP-19", member.where("local header offset"), member.header,
+                                     expected=expected_header, file=name)
+            if out_of_order is not None:
+                errors.append(out_of_order)
             expected_header = member.data + member.size
             files[name] = member.size
             self._members[name] = member
@@ -146,14 +146,12 @@ class ArchiveSource(Source):
             self.inventory()
         member = self._members.get(rel)
         if member is None:
-            raise MissingFile("listed in the manifest but not in the archive", file=rel, rule="R-CON-3")
+            raise required(CON.check("R-CON-3", None, "not in the archive", file=rel))
         return member
 
     def read_manifest(self) -> bytes:
         member = self._manifest
-        if member.size > MANIFEST_MAX_BYTES:
-            raise LimitExceeded(f"manifest is {member.size} bytes, limit {MANIFEST_MAX_BYTES}",
-                                file=MANIFEST_NAME, rule="R-LIM-1")
+        raise_if(CON.check("R-LIM-1", None, member.size, file=MANIFEST_NAME))
         return self._read(member)
 
     def _read(self, member: Member) -> bytes:

@@ -19,11 +19,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ConcurrentModification, IntegrityError, MissingFile, NotACheckpoint
+from ..errors import CheckpointError, ConcurrentModification, IntegrityError
 from ..integrity import CHUNK_BYTES
 from ..location import Location
+from ..rules.container import CON
+from ..rules.container import STAGING_MARK as STAGING_MARK  # where writers and readers have always found it
 
-STAGING_MARK = ".oc-staging-"
 OLD_MARK = ".oc-old-"
 
 
@@ -135,7 +136,9 @@ class FileRegion:
                     break
                 position += count
         except OSError as exc:
-            raise MissingFile(f"cannot read: {exc.strerror}", file=self.rel, rule="R-CON-3") from None
+            unreadable = CON.check("R-CON-3", None, failure=exc, file=self.rel)
+            assert unreadable is not None  # a failure always breaks the rule
+            raise unreadable from None
         if position != want:  # the file shrank after its size was checked
             raise size_mismatch(self.rel, offset + position, offset + want)
 
@@ -158,15 +161,15 @@ def gone_while_reading(rel: str, how: str) -> ConcurrentModification:
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:
-    """R-CHK-6: a listed file whose length differs from its entry's ``size``."""
-    what = "truncated" if actual < size else "extended"
-    return IntegrityError(f"file is {actual} bytes, the manifest says {size} ({what})", file=rel,
-                          field="size", rule="R-CHK-6")
+    """R-CHK-6's error for a listed file whose length ``actual`` differs from its entry's ``size``."""
+    error = CON.check("R-CHK-6", "size", actual, size, file=rel)
+    assert isinstance(error, IntegrityError), "called for a length that differs"
+    return error
 
 
 def is_staging_name(path: Path) -> bool:
     """R-PUB-12: a last segment that begins with ``.`` and contains ``.oc-staging-``."""
-    return path.name.startswith(".") and STAGING_MARK in path.name
+    return CON.check("R-PUB-12", None, path.name) is not None
 
 
 def old_candidates(target: Path) -> list[Path]:
@@ -202,13 +205,14 @@ def writers_at(target: Path) -> list[str]:
 
 
 def check_locatable(target: Path) -> None:
-    """R-PUB-12 and R-PUB-11 for a path that exists."""
-    if is_staging_name(target):
-        raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(target),
-                             rule="R-PUB-12")
-    try:
-        mode = os.stat(target).st_mode
-    except OSError as exc:
-        raise NotACheckpoint(f"cannot stat: {exc.strerror}", file=str(target), rule="R-PUB-10") from None
-    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-        raise NotACheckpoint("neither a directory nor a regular file", file=str(target), rule="R-PUB-11")
+    """R-PUB-12, R-PUB-10 and R-PUB-11 for a path that exists."""
+    error = CON.check("R-PUB-12", None, target.name, file=str(target))
+    if error is None:
+        try:
+            mode = os.stat(target).st_mode
+        except OSError as exc:  # gone since the caller looked
+            error = CON.check("R-PUB-10", None, False, f"cannot stat: {exc.strerror}", file=str(target))
+        else:
+            error = CON.check("R-PUB-11", None, stat.S_ISDIR(mode) or stat.S_ISREG(mode), file=str(target))
+    if error is not None:
+        raise error

@@ -23,16 +23,11 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import (
-    CheckpointError,
-    ExtraFile,
-    LimitExceeded,
-    MissingFile,
-    NotACheckpoint,
-    UnsafePath,
-)
-from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
+from ..errors import CheckpointError, MissingFile
+from ..limits import ARCHIVE_MAX_MEMBERS
 from ..manifest import MANIFEST_NAME
+from ..rules import raise_if, required
+from ..rules.container import CON
 from .base import FileRegion, Source, gone_while_reading, size_mismatch
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -66,8 +61,7 @@ class DirectorySource(Source):
             # The caller's path may pass through symlinks (a `latest` link): only entries below count.
             self._root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         except OSError as exc:
-            raise NotACheckpoint(f"cannot open directory: {exc.strerror}", file=str(path),
-                                 rule="R-PUB-11") from None
+            raise required(CON.check("R-PUB-11", None, True, exc, "open directory", file=str(path))) from None
         #: relative path -> descriptor held from :meth:`pin` until :meth:`close`
         self._pinned: dict[str, int] = {}
         #: files the inventory found: one of them missing later means the checkpoint was replaced
@@ -122,41 +116,29 @@ class DirectorySource(Source):
         except OSError as exc:
             if pinning and exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise _OutOfDescriptors from None
-            if exc.errno == errno.ENOENT:
-                raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-                raise UnsafePath("path passes through a symlink or a non-directory", file=rel,
-                                 rule="R-CON-4") from None
-            raise MissingFile(f"cannot open: {exc.strerror}", file=rel, rule="R-CON-3") from None
+            raise _open_failure(rel, exc) from None
         finally:
             for d in opened:
                 os.close(d)
         if not stat.S_ISREG(os.fstat(result).st_mode):
             os.close(result)  # a FIFO opened with O_NONBLOCK is never read
-            raise UnsafePath("not a regular file", file=rel, rule="R-CON-4")
+            raise_if(CON.check("R-CON-4", None, "opened", file=rel))
         return result
 
     def read_manifest(self) -> bytes:
         try:
-            info = os.stat(MANIFEST_NAME, dir_fd=self._root, follow_symlinks=False)
+            info: os.stat_result | None = os.stat(MANIFEST_NAME, dir_fd=self._root, follow_symlinks=False)
         except OSError:
-            raise NotACheckpoint("no manifest.json: not a checkpoint (or an unfinished one)",
-                                 file=str(self.path), rule="R-CON-1") from None
-        if stat.S_ISDIR(info.st_mode):
-            raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.path),
-                                 rule="R-CON-1")
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafePath("manifest.json is a symlink or a special file", file=MANIFEST_NAME,
-                             rule="R-CON-4")
-        if info.st_size > MANIFEST_MAX_BYTES:
-            raise LimitExceeded(f"manifest is {info.st_size} bytes, limit {MANIFEST_MAX_BYTES}",
-                                file=MANIFEST_NAME, rule="R-LIM-1")
+            info = None
+        found = "absent" if info is None else "directory" if stat.S_ISDIR(info.st_mode) else "file"
+        raise_if(CON.check("R-CON-1", None, "directory", found, file=str(self.path)))
+        assert info is not None  # for mypy: "absent" was raised
+        raise_if(CON.check("R-CON-4", None, "file" if stat.S_ISREG(info.st_mode) else "manifest", file=MANIFEST_NAME))
+        raise_if(CON.check("R-LIM-1", None, info.st_size, file=MANIFEST_NAME))
         fd = self._open_path(MANIFEST_NAME)
         try:
             size = os.fstat(fd).st_size
-            if size > MANIFEST_MAX_BYTES:
-                raise LimitExceeded(f"manifest is {size} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
-                                    rule="R-LIM-1")
+            raise_if(CON.check("R-LIM-1", None, size, file=MANIFEST_NAME))  # it may have grown since
             return _read_all(fd, size, MANIFEST_NAME)
         finally:
             os.close(fd)
@@ -174,35 +156,30 @@ class DirectorySource(Source):
                         with os.scandir(fd) as entries:
                             listing = sorted((entry.name, entry) for entry in entries)
                     except OSError as exc:  # e.g. the directory was deleted under us
-                        errors.append(MissingFile(f"cannot list directory: {exc.strerror}", file=prefix or ".",
-                                                  rule="R-CON-3"))
+                        errors.append(required(CON.check("R-CON-3", None, failure=exc, action="list directory",
+                                                       file=prefix or ".")))
                         continue
                     for name, entry in listing:
                         rel = f"{prefix}{name}"
-                        if entry.is_symlink():
-                            errors.append(UnsafePath("symbolic links are not allowed in a checkpoint", file=rel,
-                                                     rule="R-CON-4"))
-                            rejected.append(rel)
-                        elif entry.is_dir(follow_symlinks=False):
+                        kind = _entry_kind(entry)
+                        failure: OSError | None = None
+                        if kind == "directory":
                             try:
                                 stack.append((rel + "/", os.open(name, _DIR_FLAGS, dir_fd=fd)))
                             except OSError as exc:
-                                errors.append(UnsafePath(f"cannot open directory: {exc.strerror}", file=rel,
-                                                         rule="R-CON-4"))
-                                rejected.append(rel)
-                        elif entry.is_file(follow_symlinks=False):
+                                failure = exc
+                        elif kind == "file":
                             try:
                                 found[rel] = entry.stat(follow_symlinks=False).st_size
                             except FileNotFoundError:  # deleted since the listing: not a regular file now
                                 continue
                             if len(found) > ARCHIVE_MAX_MEMBERS:
                                 # More files than any manifest can list (R-LIM-6): some are unlisted.
-                                errors.append(ExtraFile("more files than a manifest can list", file=rel,
-                                                        rule="R-CON-2"))
+                                errors.append(required(CON.check("R-CON-2", None, 0, entries="files", file=rel)))
                                 return found, errors, rejected
-                        else:
-                            errors.append(UnsafePath("special files (device, FIFO, socket) are not allowed",
-                                                     file=rel, rule="R-CON-4"))
+                        bad = CON.check("R-CON-4", None, kind, failure, file=rel)
+                        if bad is not None:
+                            errors.append(bad)
                             rejected.append(rel)
                 finally:
                     os.close(fd)
@@ -232,7 +209,7 @@ class DirectorySource(Source):
             try:
                 return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
             except (OSError, ValueError) as exc:
-                raise MissingFile(f"cannot map: {exc}", file=rel, rule="R-CON-3") from None
+                raise required(CON.check("R-CON-3", None, failure=str(exc), action="map", file=rel)) from None
         finally:
             os.close(fd)
 
@@ -270,7 +247,26 @@ def _read_all(fd: int, size: int, rel: str) -> bytes:
                 break
             position += count
     except OSError as exc:
-        raise MissingFile(f"cannot read: {exc.strerror}", file=rel, rule="R-CON-3") from None
+        raise required(CON.check("R-CON-3", None, failure=exc, file=rel)) from None
     if position != size:
         raise size_mismatch(rel, position, size)
     return bytes(buffer)
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    """What a directory entry is, without following a symlink (the facts R-CON-4 judges)."""
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "directory"
+    return "file" if entry.is_file(follow_symlinks=False) else "special"
+
+
+def _open_failure(rel: str, exc: OSError) -> CheckpointError:
+    """The rule an ``open`` of a listed file broke: absent (R-CON-3), through a link (R-CON-4), unreadable."""
+    if exc.errno == errno.ENOENT:
+        return required(CON.check("R-CON-3", None, "absent", file=rel))
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        return required(CON.check("R-CON-4", None, "through", file=rel))
+    return required(CON.check("R-CON-3", None, failure=exc, action="open", file=rel))
+

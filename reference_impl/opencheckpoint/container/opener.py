@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import NotACheckpoint
+from ..rules import raise_if
+from ..rules.container import CON
 from .archive import ArchiveSource
 from .base import Source, check_locatable
 from .directory import DirectorySource
@@ -18,8 +19,7 @@ from .directory import DirectorySource
 def open_source(path: str | os.PathLike[str]) -> Source:
     """Open an existing directory or archive checkpoint for reading (steps 1 and 2, no fallback)."""
     target = Path(path)
-    if not os.path.exists(target):
-        raise NotACheckpoint("no such file or directory", file=str(target), rule="R-PUB-10")
+    raise_if(CON.check("R-PUB-10", None, os.path.exists(target), file=str(target)))
     check_locatable(target)
     if target.is_dir():
         return DirectorySource(target)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import CheckpointError, ConcurrentModification, TargetExists
+from ..rules import raise_if, required
+from ..rules.publication import PUB
 from .debris import holds_what_we_write, logger, parse, release, removable, working_path
 from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
 
@@ -170,9 +172,9 @@ def _appeared(target: Path, exc: OSError) -> CheckpointError:
         return ConcurrentModification(
             "another process published or is publishing a checkpoint at this path while this save was writing "
             f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
-    return TargetExists(f"something was put here while the checkpoint was being written ({exc.strerror}); the "
-                        "new checkpoint was not published and nothing at this path was changed", file=str(target),
-                        rule="R-PUB-16")
+    return required(PUB.check(
+        "R-PUB-16", None, f"something was put here while the checkpoint was being written ({exc.strerror})",
+        "the new checkpoint was not published and nothing at this path was changed", file=str(target)))
 
 
 def _swapped_away_ours(swapped: Path, target: Path) -> None:
@@ -183,11 +185,9 @@ def _swapped_away_ours(swapped: Path, target: Path) -> None:
     """
     if is_empty_directory(swapped):
         return
-    reason = not_a_checkpoint_reason(swapped)
-    if reason is None:
-        return
-    raise TargetExists(f"{reason}; it was put here while the checkpoint was being written: nothing at this path "
-                       "was changed", file=str(target), rule="R-PUB-16")
+    raise_if(PUB.check("R-PUB-16", None, not_a_checkpoint_reason(swapped),
+                       "it was put here while the checkpoint was being written: nothing at this path was changed",
+                       file=str(target)))
 
 
 #: Tests set this to False to exercise the fallback without RENAME_EXCHANGE.
@@ -220,20 +220,7 @@ def publish(staged: Path, target: Path, *, durable: bool, overwrite: bool = True
     parent = target.parent
     check_replaceable(target, overwrite=overwrite)
     if not os.path.lexists(target):
-        try:
-            _rename_new(staged, target)
-        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
-            raise _appeared(target, exc) from None
-        except OSError as exc:
-            if exc.errno != errno.ENOTEMPTY:
-                raise
-            raise _appeared(target, exc) from None
-        # A writer that died between its two renames left the previous checkpoint aside;
-        # the new one now supersedes it (a live writer's copy is its own to remove).
-        for old in _old_copies(target):
-            entry = parse(old)
-            if entry is not None and removable(entry):
-                remove_tree(old)
+        _publish_new(staged, target)
     elif USE_EXCHANGE and exchange(staged, target):
         try:
             _swapped_away_ours(staged, target)
@@ -248,23 +235,45 @@ def publish(staged: Path, target: Path, *, durable: bool, overwrite: bool = True
         fault_point("rename")
         os.replace(staged, target)
     else:
-        for previous in _old_copies(target):  # R-PUB-6: at most one old copy may ever exist
-            remove_tree(previous)
-        old = working_path(target, "old")
-        try:
-            fault_point("rename-old")
-            os.rename(target, old)
-            try:
-                _swapped_away_ours(old, target)
-            except TargetExists:
-                os.rename(old, target)
-                raise
-            fault_point("rename")
-            os.rename(staged, target)
-            if durable:
-                fsync_directory(parent)
-            remove_tree(old)
-        finally:
-            release(old)
+        _publish_aside(staged, target, durable=durable)
     if durable:
         fsync_directory(parent)
+
+
+def _publish_new(staged: Path, target: Path) -> None:
+    """Publish at a missing name; then remove an old copy a writer that died between its renames left."""
+    try:
+        _rename_new(staged, target)
+    except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        raise _appeared(target, exc) from None
+    except OSError as exc:
+        if exc.errno != errno.ENOTEMPTY:
+            raise
+        raise _appeared(target, exc) from None
+    # The new checkpoint now supersedes the copy left aside (a live writer's copy is its own to remove).
+    for old in _old_copies(target):
+        entry = parse(old)
+        if entry is not None and removable(entry):
+            remove_tree(old)
+
+
+def _publish_aside(staged: Path, target: Path, *, durable: bool) -> None:
+    """Without an atomic exchange: move the previous checkpoint aside, rename the new one in, delete the old."""
+    for previous in _old_copies(target):  # R-PUB-6: at most one old copy may ever exist
+        remove_tree(previous)
+    old = working_path(target, "old")
+    try:
+        fault_point("rename-old")
+        os.rename(target, old)
+        try:
+            _swapped_away_ours(old, target)
+        except TargetExists:
+            os.rename(old, target)
+            raise
+        fault_point("rename")
+        os.rename(staged, target)
+        if durable:
+            fsync_directory(target.parent)
+        remove_tree(old)
+    finally:
+        release(old)

@@ -29,9 +29,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, TargetExists
+from ..errors import CheckpointError
 from ..manifest import MANIFEST_NAME
 from ..models import FORMAT_NAME
+from ..rules import raise_if
+from ..rules.publication import PUB
 from ..strict_json import parse_ijson
 from .archive import ArchiveSource
 from .base import old_candidates
@@ -110,24 +112,28 @@ def check_replaceable(target: Path, *, overwrite: bool) -> None:
     checkpoint (it would add a file its manifest does not list), nor one
     below a path that is a file.
     """
-    _check_ancestors(target)
+    raise_if(PUB.check("R-PUB-16", None, _refusal(target, overwrite), file=str(target)))
+
+
+def _refusal(target: Path, overwrite: bool) -> str | None:
+    """Why a save may not put a checkpoint at ``target`` (R-PUB-16), or None."""
+    refusal = _ancestors_refusal(target)
+    if refusal is not None:
+        return refusal
     if not os.path.lexists(target):
         if not overwrite and old_candidates(target):
             # Readers serve the checkpoint from its old copy while the name is missing (R-PUB-13).
-            raise TargetExists("a checkpoint exists here (moved aside by an interrupted save) and overwrite=False; "
-                               "nothing was changed", file=str(target), rule="R-PUB-16")
-        return
+            return "a checkpoint exists here (moved aside by an interrupted save) and overwrite=False"
+        return None
     if is_empty_directory(target):
-        return
+        return None
     reason = not_a_checkpoint_reason(target)
-    if reason is not None:
-        raise TargetExists(f"{reason}; nothing was changed", file=str(target), rule="R-PUB-16")
-    if not overwrite:
-        raise TargetExists("a checkpoint exists here and overwrite=False; nothing was changed", file=str(target),
-                           rule="R-PUB-16")
+    if reason is None and not overwrite:
+        return "a checkpoint exists here and overwrite=False"
+    return reason
 
 
-def _check_ancestors(target: Path) -> None:
+def _ancestors_refusal(target: Path) -> str | None:
     """Refuse a target below a file, or inside a directory checkpoint (its ``components/new``, say)."""
     for ancestor in target.absolute().parents:
         try:
@@ -135,15 +141,13 @@ def _check_ancestors(target: Path) -> None:
         except FileNotFoundError:
             continue  # made by the save
         except OSError as exc:
-            raise TargetExists(f"its parent {str(ancestor)!r} cannot be looked at ({exc.strerror}); nothing was "
-                               "changed", file=str(target), rule="R-PUB-16") from None
+            return f"its parent {str(ancestor)!r} cannot be looked at ({exc.strerror})"
         if not stat.S_ISDIR(mode):
-            raise TargetExists(f"its parent {str(ancestor)!r} is a file, not a folder; nothing was changed",
-                               file=str(target), rule="R-PUB-16")
+            return f"its parent {str(ancestor)!r} is a file, not a folder"
         if os.path.isfile(ancestor / MANIFEST_NAME) and not_a_checkpoint_reason(ancestor) is None:
-            raise TargetExists(f"it is inside the checkpoint {str(ancestor)!r}, which would then hold a file its "
-                               f"{MANIFEST_NAME} does not list; nothing was changed", file=str(target),
-                               rule="R-PUB-16")
+            return (f"it is inside the checkpoint {str(ancestor)!r}, which would then hold a file its "
+                    f"{MANIFEST_NAME} does not list")
+    return None
 
 
 def is_empty_directory(path: Path) -> bool:
@@ -157,5 +161,5 @@ def is_empty_directory(path: Path) -> bool:
 def check_deletable(path: Path) -> None:
     """Raise :class:`TargetExists` unless ``path`` is a checkpoint the library may delete."""
     reason = not_a_checkpoint_reason(path)
-    if reason is not None:
-        raise TargetExists(f"refusing to delete: {reason}", file=str(path), rule="R-PUB-16")
+    raise_if(PUB.check("R-PUB-16", None, None if reason is None else f"refusing to delete: {reason}",
+                       "nothing was deleted", file=str(path)))

@@ -17,6 +17,8 @@ from typing import Final
 
 from ..errors import ArchiveError, CheckpointError, LimitExceeded, NotACheckpoint, UnsafePath
 from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS
+from ..rules import raise_if
+from ..rules.archive import ZIP
 
 #: ``pread(offset, size)``: the bytes there, or ``b""`` when the range is not inside the file.
 Pread = Callable[[int, int], bytes]
@@ -31,6 +33,7 @@ _Z64_EOCD = struct.Struct("<4sQHHIIQQQQ")  # 56 bytes
 _Z64_EOCD_SIGNATURE: Final = b"PK\x06\x06"
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # 46 bytes
 _CENTRAL_SIGNATURE: Final = b"PK\x01\x02"
+_ENTRIES: Final = "end of central directory record: entries"
 _U16: Final = 0xFFFF
 _U32: Final = 0xFFFFFFFF
 _ZIP64_EXTRA: Final = 0x0001
@@ -106,9 +109,9 @@ def _zip64_values(extra: bytes, wanted: list[tuple[str, int, int]], where: str, 
     body = _extra_fields(extra).get(_ZIP64_EXTRA)
     position = 0
     for name, width in needed:
-        if body is None or position + width > len(body):
-            raise ArchiveError(f"{name} holds the ZIP64 marker but no ZIP64 extra field supplies it", file=file,
-                               field=where, rule="R-ZIP-15")
+        raise_if(ZIP.check("R-ZIP-15", where, name, True, body is not None and position + width <= len(body),
+                           file=file))
+        assert body is not None  # for mypy: supplied above
         values[name] = int.from_bytes(body[position : position + width], "little")
         position += width
     return values
@@ -146,10 +149,7 @@ def read_end_record(pread: Pread, size: int, where: str) -> EndRecord:
     """R-ZIP-2: the last 22 bytes are an end of central directory record with an empty comment."""
     eocd_at = size - _EOCD.size
     raw = pread(eocd_at, _EOCD.size) if eocd_at >= 4 else b""
-    if len(raw) != _EOCD.size or raw[:4] != _EOCD_SIGNATURE or _EOCD.unpack(raw)[7] != 0:
-        raise ArchiveError("the last 22 bytes are not an end of central directory record with an empty "
-                           "comment (comment or trailing bytes?)", file=where,
-                           field="end of central directory record", rule="R-ZIP-2")
+    raise_if(ZIP.check("R-ZIP-2", "end of central directory record", raw, file=where))
     _, disk, cd_disk, count_disk, count_total, cd_size, cd_offset, _ = _EOCD.unpack(raw)
     return EndRecord(disk, cd_disk, count_disk, count_total, cd_size, cd_offset, eocd_at)
 
@@ -161,27 +161,22 @@ def resolve_zip64(pread: Pread, end: EndRecord, where: str) -> EndRecord:
     if locator[:4] != _Z64_LOCATOR_SIGNATURE:
         saturated = _U16 in (end.disk, end.cd_disk, end.count_disk, end.count_total) or _U32 in (end.cd_size,
                                                                                                   end.cd_offset)
-        if saturated:
-            raise ArchiveError("the end of central directory record holds ZIP64 markers but there is no ZIP64 "
-                               "end of central directory record and locator", file=where,
-                               field="end of central directory record", rule="R-ZIP-15")
+        record_name = "end of central directory record"
+        raise_if(ZIP.check("R-ZIP-15", record_name, record_name, saturated, False, file=where))
         return end
     _, z64_disk, z64_at, _ = _Z64_LOCATOR.unpack(locator)
     record = pread(z64_at, _Z64_EOCD.size)
-    if z64_disk != 0:
-        raise ArchiveError(f"ZIP64 locator names disk {z64_disk}", file=where,
-                           field="ZIP64 end of central directory locator: disk", rule="R-ZIP-3")
-    if len(record) != _Z64_EOCD.size or record[:4] != _Z64_EOCD_SIGNATURE:
-        raise ArchiveError("the ZIP64 locator does not point to a ZIP64 end of central directory record",
-                           file=where, field="ZIP64 end of central directory locator", rule="R-ZIP-15")
+    locator_name = "ZIP64 end of central directory locator"
+    raise_if(ZIP.check("R-ZIP-3", f"{locator_name}: disk", locator_name, z64_disk, file=where)
+             or ZIP.check("R-ZIP-15", locator_name, locator_name, True,
+                          len(record) == _Z64_EOCD.size and record[:4] == _Z64_EOCD_SIGNATURE, file=where))
     (_, record_size, _, _, z_disk, z_cd_disk, z_count_disk, z_count_total, z_cd_size,
      z_cd_offset) = _Z64_EOCD.unpack(record)
     if z64_at + 12 + record_size != eocd_at - _Z64_LOCATOR.size:
         raise end_records_gap("bytes between the ZIP64 end records", "ZIP64 end of central directory record",
                               where)
-    if z_disk != 0 or z_cd_disk != 0:
-        raise ArchiveError("ZIP64 end of central directory names a disk other than 0", file=where,
-                           field="ZIP64 end of central directory record: disk", rule="R-ZIP-3")
+    raise_if(ZIP.check("R-ZIP-3", "ZIP64 end of central directory record: disk",
+                       "ZIP64 end of central directory record", z_disk, z_cd_disk, file=where))
 
     def pick(value: int, wide: int, marker: int) -> int:
         return wide if value == marker else value
@@ -194,16 +189,12 @@ def resolve_zip64(pread: Pread, end: EndRecord, where: str) -> EndRecord:
 def check_end_record(end: EndRecord, where: str) -> None:
     """R-ZIP-3 (one disk), R-LIM-17 (entry count), R-ZIP-4 (counts agree), R-ZIP-24 (end records follow the
     central directory without a gap)."""
-    if end.disk != 0 or end.cd_disk != 0:
-        raise ArchiveError(f"disk numbers {end.disk}/{end.cd_disk}; a checkpoint archive is one disk (0)",
-                           file=where, field="end of central directory record: disk", rule="R-ZIP-3")
+    raise_if(ZIP.check("R-ZIP-3", "end of central directory record: disk", "end of central directory record",
+                       end.disk, end.cd_disk, file=where))
     if end.count_total > ARCHIVE_MAX_MEMBERS:
         raise LimitExceeded(f"{end.count_total} central directory entries, limit {ARCHIVE_MAX_MEMBERS}",
                             file=where, field="end of central directory record: total entries", rule="R-LIM-17")
-    if end.count_disk != end.count_total:
-        raise ArchiveError(f"entries on this disk ({end.count_disk}) differ from total entries "
-                           f"({end.count_total})", file=where, field="end of central directory record: entries",
-                           rule="R-ZIP-4")
+    raise_if(ZIP.check("R-ZIP-4", _ENTRIES, end.count_disk, end.count_total, 0, False, file=where))
     if end.cd_offset + end.cd_size != end.cd_end:
         raise end_records_gap(f"the central directory [{end.cd_offset}, {end.cd_offset + end.cd_size}) does not "
                               f"end where the end records begin ({end.cd_end})",
@@ -215,31 +206,26 @@ def read_central_directory(directory: bytes, count_total: int, where: str) -> li
     entries: list[Member] = []
     position = 0
     while position < len(directory):
-        if len(entries) >= count_total:
-            raise ArchiveError(f"the central directory holds more than the {count_total} entries the end "
-                               "record counts", file=where, field="end of central directory record: entries",
-                               rule="R-ZIP-4")
+        # one more entry follows: more than counted breaks R-ZIP-4 before that entry is read
+        raise_if(ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries) + 1, False, file=where))
         member, position = read_central_entry(directory, position, len(entries), where)
         entries.append(member)
-    if len(entries) != count_total:
-        raise ArchiveError(f"the end record counts {count_total} entries, the central directory has "
-                           f"{len(entries)}", file=where, field="end of central directory record: entries",
-                           rule="R-ZIP-4")
+    raise_if(ZIP.check("R-ZIP-4", _ENTRIES, count_total, count_total, len(entries), True, file=where))
     return entries
 
 
 def read_central_entry(directory: bytes, position: int, index: int, where: str) -> tuple[Member, int]:
     """One central directory entry (R-ZIP-4, R-ZIP-25, R-ZIP-15, R-ZIP-3); returns it and where the next begins."""
-    if directory[position : position + 4] != _CENTRAL_SIGNATURE or position + _CENTRAL.size > len(directory):
-        raise ArchiveError(f"unreadable central directory entry {index}", file=where,
-                           field=f"central directory entry {index}", rule="R-ZIP-4")
+    header_fits = directory[position : position + 4] == _CENTRAL_SIGNATURE and (
+        position + _CENTRAL.size <= len(directory))
+    raise_if(ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
+                       header_fits=header_fits, file=where))
     fields = _CENTRAL.unpack_from(directory, position)
     name_len, extra_len, comment_len = fields[10], fields[11], fields[12]
     start = position + _CENTRAL.size
     end = start + name_len + extra_len + comment_len
-    if end > len(directory):
-        raise ArchiveError(f"central directory entry {index} runs past the central directory",
-                           file=where, field=f"central directory entry {index}", rule="R-ZIP-4")
+    raise_if(ZIP.check("R-ZIP-4", f"central directory entry {index}", 0, 0, 0, False, entry=index,
+                       entry_fits=end <= len(directory), file=where))
     member = Member(index, directory[start : start + name_len], fields,
                     directory[start + name_len : start + name_len + extra_len])
     framing = _extra_framing_error(member.extra, where, member.where("extra field"))
@@ -252,9 +238,8 @@ def read_central_entry(directory: bytes, position: int, index: int, where: str) 
                              member.where("ZIP64 extra field"), where)
     member.size, member.csize = resolved["uncompressed size"], resolved["compressed size"]
     member.header, member.disk = resolved["local header offset"], resolved["disk number start"]
-    if member.disk != 0:
-        raise ArchiveError(f"member starts on disk {member.disk}", file=where,
-                           field=member.where("disk number start"), rule="R-ZIP-3")
+    raise_if(ZIP.check("R-ZIP-3", member.where("disk number start"), "central directory entry", member.disk,
+                       file=where))
     return member, end
 
 
@@ -300,14 +285,16 @@ def local_header_error(member: Member, pread: Pread, cd_offset: int) -> Checkpoi
     """The first rule a member's local header breaks (R-ZIP-19, 5, 7-9, 12, 13, 14, 16, 18, 25); sets ``data``."""
     name = member.name
     local = pread(member.header, LOCAL.size)
-    if len(local) != LOCAL.size or local[:4] != LOCAL_SIGNATURE:
-        return ArchiveError(f"no local file header at offset {member.header}", file=name,
-                            field=member.where("local header offset"), rule="R-ZIP-19")
+    found = ZIP.check("R-ZIP-19", member.where("local header offset"), member.header,
+                      signature=local[:4] if len(local) == LOCAL.size else b"", file=name)
+    if found is not None:
+        return found
     (_, _, flags, method, _, _, crc, csize, usize, name_len, extra_len) = LOCAL.unpack(local)
     tail = pread(member.header + LOCAL.size, name_len + extra_len)
     where = f"local header {member.index}"
-    if len(tail) != name_len + extra_len:
-        return ArchiveError("local header runs past the end of the file", file=name, field=where, rule="R-ZIP-19")
+    whole = ZIP.check("R-ZIP-19", where, member.header, whole=len(tail) == name_len + extra_len, file=name)
+    if whole is not None:
+        return whole
     local_name, local_extra = tail[:name_len], tail[name_len:]
     error = _local_fields_error(member, where, (flags, method, crc, csize, usize), local_name, local_extra)
     if error is not None:
@@ -321,9 +308,10 @@ def local_header_error(member: Member, pread: Pread, cd_offset: int) -> Checkpoi
     framing = _extra_framing_error(local_extra, name, f"{where}: extra field")
     if framing is not None:
         return framing
-    if data + member.size > cd_offset:
-        return ArchiveError("member data runs into the central directory", file=name, field=f"{where}: data",
-                            rule="R-ZIP-19")
+    overrun = ZIP.check("R-ZIP-19", f"{where}: data", member.header, data_end=data + member.size,
+                        cd_offset=cd_offset, file=name)
+    if overrun is not None:
+        return overrun
     member.data = data
     return None
 

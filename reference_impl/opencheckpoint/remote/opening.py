@@ -10,10 +10,12 @@ renamed, and a published checkpoint is never replaced in place.
 
 from __future__ import annotations
 
-from ..container.base import STAGING_MARK, Source
+from ..container.base import Source
 from ..errors import CheckpointError, NotACheckpoint, UnsupportedLocation
 from ..manifest import ParsedManifest, parse_manifest
 from ..opening import Understood, check_inventory
+from ..rules import raise_if
+from ..rules.container import CON
 from .failures import storage_errors
 from .fspath import FsPath
 from .source import RemoteSource
@@ -34,9 +36,7 @@ def open_remote(
 def _open(
     location: FsPath, understood: Understood, issues: list[CheckpointError] | None, check_files: bool
 ) -> tuple[FsPath, Source, ParsedManifest]:
-    if location.name.startswith(".") and STAGING_MARK in location.name:
-        raise NotACheckpoint("a staging name (.NAME.oc-staging-*) is never a checkpoint", file=str(location),
-                             rule="R-PUB-12")
+    raise_if(CON.check("R-PUB-12", None, location.name, file=str(location)))
     try:
         is_file = bool(location.fs.isfile(location.path))
     except OSError:
@@ -50,8 +50,8 @@ def _open(
         try:
             manifest = source.read_manifest()
         except NotACheckpoint:
-            if not location.is_dir():
-                raise NotACheckpoint("nothing at this location", file=str(location), rule="R-PUB-10") from None
+            raise_if(CON.check("R-PUB-10", None, location.is_dir(), "nothing at this location",
+                               file=str(location)))
             raise
         parsed = parse_manifest(manifest, understood_extensions=understood, issues=issues)
         if check_files:

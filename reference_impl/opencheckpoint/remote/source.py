@@ -24,9 +24,11 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
-from ..errors import CheckpointError, ExtraFile, LimitExceeded, MissingFile, NotACheckpoint
-from ..limits import ARCHIVE_MAX_MEMBERS, MANIFEST_MAX_BYTES
+from ..errors import CheckpointError
+from ..limits import ARCHIVE_MAX_MEMBERS
 from ..manifest import MANIFEST_NAME
+from ..rules import raise_if, required
+from ..rules.container import CON
 from .failures import is_storage_error, storage_error
 from .fspath import FsPath, is_folder_marker
 from .spill import Spill
@@ -55,24 +57,17 @@ class RemoteSource(Source):
         try:
             info = self.location.fs.info(key)
         except FileNotFoundError:
-            raise NotACheckpoint("no manifest.json: not a checkpoint (on an object store the manifest is written "
-                                 "last: an unfinished or abandoned save)", file=str(self.location),
-                                 rule="R-CON-1") from None
+            raise required(CON.check("R-CON-1", None, "remote", "absent", file=str(self.location))) from None
         except Exception as exc:  # unreachable, no credentials, access denied: the storage's failure, named
             if not is_storage_error(exc):
                 raise
             raise storage_error(exc, str(self.location), "read manifest.json") from exc
-        if info.get("type") != "file":
-            raise NotACheckpoint("manifest.json is a directory, not a file", file=str(self.location),
-                                 rule="R-CON-1")
-        size = int(info.get("size") or 0)
-        if size > MANIFEST_MAX_BYTES:
-            raise LimitExceeded(f"manifest is {size} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
-                                rule="R-LIM-1")
+        found = "file" if info.get("type") == "file" else "directory"
+        raise_if(CON.check("R-CON-1", None, "remote", found, file=str(self.location)))
+        raise_if(CON.check("R-LIM-1", None, int(info.get("size") or 0), file=MANIFEST_NAME))
         data = self._fetch(MANIFEST_NAME, None, None)
-        if len(data) > MANIFEST_MAX_BYTES:  # replaced by a bigger object since the listing
-            raise LimitExceeded(f"manifest is {len(data)} bytes, limit {MANIFEST_MAX_BYTES}", file=MANIFEST_NAME,
-                                rule="R-LIM-1")
+        # replaced by a bigger object since the listing?
+        raise_if(CON.check("R-LIM-1", None, len(data), file=MANIFEST_NAME))
         return data
 
     def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
@@ -92,8 +87,7 @@ class RemoteSource(Source):
                 continue  # pseudo-directories (also folder-marker objects); nothing outside the prefix is listed
             found[name[len(root):]] = int(info.get("size") or 0)
             if len(found) > ARCHIVE_MAX_MEMBERS:
-                errors.append(ExtraFile("more objects than a manifest can list", file=name[len(root):],
-                                        rule="R-CON-2"))
+                errors.append(required(CON.check("R-CON-2", None, 0, entries="objects", file=name[len(root):])))
                 break
         return found, errors, []
 
@@ -108,7 +102,7 @@ class RemoteSource(Source):
             if rel in self._listed:
                 raise gone_while_reading(rel, "another process deleted the checkpoint (a rotation pruning it?) "
                                               "while it was being read") from None
-            raise MissingFile("listed in the manifest but absent", file=rel, rule="R-CON-3") from None
+            raise required(CON.check("R-CON-3", None, "absent", file=rel)) from None
         except Exception as exc:
             if not is_storage_error(exc):
                 raise

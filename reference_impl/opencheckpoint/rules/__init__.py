@@ -59,13 +59,24 @@ class RuleTable:
 
         return register
 
-    def check(self, rule_id: str, where: str, *args: Any) -> CheckpointError | None:
-        """The dispatcher: run the rule's check; on a violation, its error with file, field and rule ID."""
+    def id_of(self, check: Check) -> str:
+        """The requirement ID ``check`` is registered under (to recognise its errors without naming the ID)."""
+        return next(rule_id for rule_id, rule in self.rules.items() if rule.check is check)
+
+    def check(self, rule_id: str, where: str | None, *args: Any, file: str | None = None,
+              reported_as: type[CheckpointError] | None = None, **facts: Any) -> CheckpointError | None:
+        """The dispatcher: run the rule's check; on a violation, its error with file, field and rule ID.
+
+        ``file`` names the file for a table about many files (``file=None`` at construction): a ZIP
+        member, a checkpoint path, a component's data file. ``reported_as``: the class a writer's
+        refusal under the same rule is reported with (the rule's own class is the reader's).
+        """
         rule = self.rules[rule_id]
-        why = rule.check(*args)
+        why = rule.check(*args, **facts)
         if why is None:
             return None
-        return rule.error(why, file=self.file, field=where, rule=rule_id)
+        return (reported_as or rule.error)(why, file=file if file is not None else self.file, field=where,
+                                           rule=rule_id)
 
     def first(self, where: str, *checks: tuple[str, tuple[Any, ...]]) -> CheckpointError | None:
         """The error of the first of several rules on one value (e.g. R-MAN-7 before a range rule)."""
@@ -74,3 +85,15 @@ class RuleTable:
             if error is not None:
                 return error
         return None
+
+
+def required(error: CheckpointError | None) -> CheckpointError:
+    """The error of a check given facts that break its rule (a failure the caller already saw)."""
+    assert error is not None, "the facts given break the rule"
+    return error
+
+
+def raise_if(error: CheckpointError | None) -> None:
+    """Raise a check's error, if the facts broke its rule."""
+    if error is not None:
+        raise error

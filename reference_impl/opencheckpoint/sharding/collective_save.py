@@ -33,6 +33,7 @@ from typing import Any
 
 from ..container.staged import StagedCheckpoint
 from ..errors import UnsupportedValue
+from ..tree.refusals import refuse
 from ..tree.sink import installed
 from .collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
 from .sink import RankSink
@@ -103,8 +104,8 @@ def _differs(rank: int, target: Path, arguments: dict[str, Any], opened: dict[st
     if names:
         shown = ", ".join(f"a {name}= differing from the coordinator's" if name in _DIGESTS else
                           f"{name}={arguments.get(name)!r} (coordinator: {theirs.get(name)!r})" for name in names)
-        return UnsupportedValue(f"rank {rank} passes {shown}: every rank of a collective save passes the same "
-                                "arguments", field=names[0], rule="R-WTR-3")
+        return refuse(f"rank {rank} passes {shown}: every rank of a collective save passes the same "
+                                "arguments", field=names[0])
     return None
 
 

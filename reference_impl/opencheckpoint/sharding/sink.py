@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UnsupportedValue
 from ..tree.encode import write_plan, write_small_file
+from ..tree.refusals import refuse
 from ..tree.shard_plan import merge_records
 from ..tree.skeleton import skeleton_digest
 
@@ -66,12 +66,11 @@ class RankSink:
     def write_tree(self, plan: TreePlan, directory: Path, *, durable: bool, sha256: bool,
                    archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
         if archive is not None:
-            raise UnsupportedValue("a collective save writes the directory form only (format='directory')",
-                                   rule="R-WTR-3")
+            raise refuse("a collective save writes the directory form only (format='directory')")
         rel = directory.relative_to(self.root).as_posix()
         real = self.staging / rel
         if rel in self.report:
-            raise UnsupportedValue(f"{rel} was written twice in one save", rule="R-WTR-3")
+            raise refuse(f"{rel} was written twice in one save")
         if self.rank != 0 and plan.shards is not None and plan.shards.data.extents:
             _make_below(self.staging, real / "shards")
         entries = {} if plan.shards is None else plan.shards.write(real, durable=durable, sha256=sha256)
@@ -97,8 +96,8 @@ class RankSink:
             if plan.shards is not None:
                 merge_records(plan.shards.nodes, [t["sharded"] for t in theirs], range(1, len(reports)))
             elif any(t["sharded"] for t in theirs):
-                raise UnsupportedValue(f"other ranks saved sharded arrays in {rel}, the coordinator none: every "
-                                       "rank must save the same tree", rule="R-WTR-3")
+                raise refuse(f"other ranks saved sharded arrays in {rel}, the coordinator none: every "
+                                       "rank must save the same tree")
             tree = write_small_file(real / "tree.msgpack", plan.pack(), durable=self.durable, sha256=sha256)
             record = by_path[rel]
             files = {"tree.msgpack": tree, **record["files"]}
@@ -120,14 +119,14 @@ def _check_same_trees(reports: list[dict[str, Any]]) -> None:
     for rank, report in enumerate(reports[1:], start=1):
         if set(report) != set(ours):
             extra, missing = sorted(set(report) - set(ours)), sorted(set(ours) - set(report))
-            raise UnsupportedValue(f"rank {rank} wrote the trees of {sorted(report)}, the coordinator of "
+            raise refuse(f"rank {rank} wrote the trees of {sorted(report)}, the coordinator of "
                                    f"{sorted(ours)} (rank {rank} has {extra} more, {missing} fewer): every rank "
-                                   "must save the same components", rule="R-WTR-3")
+                                   "must save the same components")
         for rel, tree in report.items():
             if tree["skeleton"] != ours[rel]["skeleton"]:
-                raise UnsupportedValue(f"rank {rank} saved a tree in {rel} whose structure (keys, node kinds, "
+                raise refuse(f"rank {rank} saved a tree in {rel} whose structure (keys, node kinds, "
                                        "array dtypes or shapes) differs from the coordinator's: every rank must "
-                                       "save the same tree", file=rel, rule="R-WTR-3")
+                                       "save the same tree", file=rel)
 
 
 def _make_below(staging: Path, directory: Path) -> None:

@@ -84,10 +84,11 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, dtype=np.uint8).view(dtype)
     except ValueError:
         from ..errors import IncompatibleComponent
+        from ..rules import required
+        from ..rules.tree import TREE
 
-        raise IncompatibleComponent(f"NumPy cannot represent an empty {dtype.name} array of shape {list(shape)} "
-                                    "(the product of its non-zero dimensions reaches 2**63)",
-                                    rule="R-ARR-4") from None
+        raise required(TREE.check("R-ARR-4", None, shape, dtype.name, dtype.itemsize, 0, False,
+                                  reported_as=IncompatibleComponent)) from None
 
 
 def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:

@@ -26,15 +26,18 @@ import msgpack
 import numpy as np
 
 from ..dtypes import canonical_bools, dtype_name
-from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
+from ..errors import CheckpointError, UnsupportedValue
 from ..integrity import crc32c_of, file_entry, new_sha256
-from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
+from ..limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
+from ..rules import raise_if, required
+from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
-from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
+from .refusals import refuse
 from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .sink import current_sink
 
@@ -58,11 +61,9 @@ def big_int_bytes(value: int) -> bytes:
 
 def _big_int(value: int, path: str) -> bytes:
     """The tag 3 magnitude of ``value``; refused at save beyond R-LIM-18, which every reader enforces."""
-    if (value if value >= 0 else ~value).bit_length() >= TREE_MAX_BIG_INT_BYTES * 8:
-        raise UnsupportedValue(
-            f"an int of {value.bit_length()} bits: a tree int may take at most {TREE_MAX_BIG_INT_BYTES} bytes "
-            f"(two's complement, R-LIM-18); store a larger number as a str or as bytes", field=path,
-            rule="R-LIM-18")
+    magnitude = (value if value >= 0 else ~value).bit_length() // 8 + 1  # two's complement bytes
+    raise_if(TREE.check("R-LIM-18", path, magnitude, "; store a larger number as a str or as bytes",
+                        reported_as=UnsupportedValue))
     return big_int_bytes(value)
 
 
@@ -115,7 +116,7 @@ class TreePlan:
         if isinstance(value, np.generic):
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
-            raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, rule="R-LIM-10")
+            raise required(TREE.check("R-LIM-10", path, depth + 1))
         if kind is dict:
             return self._dict(value, depth, path)
         if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
@@ -163,18 +164,18 @@ class TreePlan:
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            raise UnsupportedValue(
+            raise refuse(
                 f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
                 "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
                 "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
-                field=path, rule="R-WTR-3")
+                field=path)
         if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
             fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
                    "saves it with StateDictAdapter, keeping its state whole)")
         else:
             fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
-        raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
-                               field=path, rule="R-WTR-3")
+        raise refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
+                               field=path)
 
     def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
         """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
@@ -199,9 +200,8 @@ class TreePlan:
             replacement = self._convert(value)
             if replacement is not NOT_HANDLED:
                 if type(replacement) is not dict:
-                    raise UnsupportedValue(f"converter turned a {kind.__qualname__} into a "
-                                           f"{type(replacement).__qualname__}, not a dict", field=path,
-                                           rule="R-WTR-3")
+                    raise refuse(f"converter turned a {kind.__qualname__} into a "
+                                           f"{type(replacement).__qualname__}, not a dict", field=path)
                 return replacement
         name = f"{kind.__module__}.{kind.__qualname__}"
         if attributes:
@@ -211,10 +211,10 @@ class TreePlan:
                     if attributes == ["_metadata"] else "")
         else:
             lost, hint = "it would come back as a plain dict", ""
-        raise UnsupportedValue(
+        raise refuse(
             f"cannot store this {name} as a tree dict: {lost}{hint}. Convert it to a plain dict, or use an "
             "adapter that keeps it (StateDictAdapter for objects with state_dict(), or your own Adapter)",
-            field=path, rule="R-WTR-3")
+            field=path)
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -232,11 +232,10 @@ class TreePlan:
                 key_path = f"{path}.{key}" if type(key) is str else f"{path}[{key}]"
                 out[key] = self._node(item, depth + 1, key_path)
             else:
-                raise UnsupportedValue(
-                    f"dict key {key!r} ({type(key).__name__}) is not a str or a 64-bit int (a subclass such as an "
-                    "enum would come back as the plain type: use str(key) or int(key))",
-                    field=path, rule="R-TREE-10",
-                )
+                raise required(TREE.check(
+                    "R-TREE-10", path, False, f"dict key {key!r} ({type(key).__name__})",
+                    " of 64 bits (a subclass such as an enum would come back as the plain type: use str(key) or "
+                    "int(key))", reported_as=UnsupportedValue))
         return out
 
     def _scalar(self, value: np.generic, path: str) -> list[Any]:
@@ -245,13 +244,10 @@ class TreePlan:
         return [_MARK[Tag.SCALAR], name, raw]
 
     def _prng_key(self, value: PRNGKeyValue, path: str) -> list[Any]:
-        expected = PRNG_IMPL_KEY_SHAPES.get(value.impl)
         data = np.asarray(value.data)
-        if data.dtype != np.uint32:
-            raise UnsupportedValue(f"PRNG key data must be uint32, got {data.dtype}", field=path, rule="R-TREE-26")
-        if expected is not None and tuple(data.shape[len(data.shape) - len(expected):]) != expected:
-            raise UnsupportedValue(f"{value.impl} key data must end with shape {expected}, got {data.shape}",
-                                   field=path, rule="R-TREE-27" if value.impl == "threefry2x32" else "R-TREE-28")
+        raise_if(TREE.check("R-TREE-26", path, str(data.dtype), reported_as=UnsupportedValue)  # '>u4' too
+                 or TREE.check("R-TREE-27", path, value.impl, data.shape, reported_as=UnsupportedValue)
+                 or TREE.check("R-TREE-28", path, value.impl, data.shape, reported_as=UnsupportedValue))
         return [_MARK[Tag.PRNG_KEY], value.impl, self._array(data, path + ".data")]
 
     def _array(self, array: np.ndarray, path: str) -> list[Any]:
@@ -259,9 +255,8 @@ class TreePlan:
             name, swapped = _name_of(array.dtype)
         except CheckpointError as exc:
             raise exc.at(field=path) from None
-        if array.ndim > ARRAY_MAX_NDIM:
-            raise LimitExceeded(f"array has {array.ndim} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
-                                rule="R-LIM-13")
+        if array.ndim > ARRAY_MAX_NDIM:  # tested inline: an array within the limit costs no call
+            raise required(TREE.check("R-LIM-13", path, array.ndim))
         if swapped:
             # Spec dtypes are little-endian: a byte-swapped copy would come back as another dtype.
             raise _big_endian(array.dtype, path)
@@ -311,7 +306,7 @@ class TreePlan:
             packed: bytes = msgpack.packb(self.root, use_bin_type=True, strict_types=False)
             return packed
         except UnicodeEncodeError as exc:
-            raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", rule="R-TREE-9") from None
+            raise required(TREE.check("R-TREE-9", None, exc, reported_as=UnsupportedValue)) from None
 
 
 def _is_size(value: tuple[Any, ...]) -> bool:
@@ -388,8 +383,7 @@ def write_sharded_tree(plan: TreePlan, directory: Path, *, durable: bool, sha256
     """
     assert plan.shards is not None
     if archive is not None:
-        raise UnsupportedValue("sharded arrays are saved in the directory form only (format='directory')",
-                               rule="R-WTR-3")
+        raise refuse("sharded arrays are saved in the directory form only (format='directory')")
     entries = plan.shards.write(directory, durable=durable, sha256=sha256)
     for path, node in plan.shards.nodes:
         check_cover(node[2], node[3], path)

@@ -11,7 +11,6 @@ faster and defers to this parser on any doubt; :mod:`.decode` chooses.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -20,13 +19,14 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..dtypes import numpy_dtype
-from ..errors import LimitExceeded, TreeError
-from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
+from ..errors import CheckpointError, LimitExceeded, TreeError
+from ..limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
+from ..rules import raise_if, required
+from ..rules.tree import TREE
 from .encode import big_int_bytes
 from .nodes import (
     INT_MAX,
     INT_MIN,
-    PRNG_IMPL_KEY_SHAPES,
     ArrayRef,
     DtypeValue,
     NamedTupleValue,
@@ -45,7 +45,6 @@ from .wire import MAP_BYTES as _MAP_BYTES
 from .wire import STR_BYTES as _STR_BYTES
 from .wire import itemsize as _itemsize
 
-_PRNG_IMPL = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+", re.ASCII)
 #: Fields (after the marker) of each fixed-size tag (R-TREE-16).
 _FIELDS: dict[int, int] = {Tag.NAMED_TUPLE: 2, Tag.BIG_INT: 1, Tag.COMPLEX: 2, Tag.SCALAR: 2, Tag.ARRAY: 5,
                            Tag.PRNG_KEY: 2, Tag.DTYPE: 1}
@@ -89,24 +88,48 @@ class _Parser:
     def fail(self, message: str, path: TreePath, rule: str) -> NoReturn:
         raise TreeError(f"{message} (byte {self.pos})", field=str(path), rule=rule)
 
+    def broke(self, error: CheckpointError | None) -> None:
+        """Raise a rule table's error (:mod:`opencheckpoint.rules.tree`) at the current byte, as :meth:`fail`."""
+        if error is not None:
+            error.message = f"{error.message} (byte {self.pos})"
+            error.args = (error.message,)
+            raise error
+
+    def incomplete(self, message: str, path: TreePath) -> NoReturn:
+        """R-TREE-1: the document is not exactly one complete msgpack object (it ends early, or is empty)."""
+        self.fail(message, path, "R-TREE-1")
+
+    def stray_marker(self, path: TreePath, where: str = "") -> NoReturn:
+        """R-TREE-15: a tag marker (read here) anywhere but as element 0 of an array."""
+        self.marker(path)
+        self.fail(f"a tag marker may only be element 0 of an array{where}", path, "R-TREE-15")
+
+    def field_type(self, path: TreePath, what: str, kinds: frozenset[int] | None = None, ok: bool = True) -> None:
+        """R-TREE-17: a tagged node's field has the msgpack type of Table 8-2: its first byte is one of
+        ``kinds`` (then the field's object is counted), or ``ok`` says whether the field read is."""
+        if kinds is not None:
+            self.expect(kinds, what, path, "R-TREE-17")
+        elif not ok:
+            self.fail(what, path, "R-TREE-17")
+
     def count(self, path: TreePath) -> None:
         """One object begins: every object but the root is one its parent's header declared."""
         if self.nodes:
             self.pending -= 1
         self.nodes += 1
-        if self.nodes > TREE_MAX_NODES:
-            raise LimitExceeded(f"more than {TREE_MAX_NODES} msgpack objects", field=str(path), rule="R-LIM-11")
+        if self.nodes > TREE_MAX_NODES:  # tested inline: a node within the limit costs no call
+            raise required(TREE.check("R-LIM-11", str(path), self.nodes))
 
     def take(self, size: int, path: TreePath) -> bytes:
         if self.pos + size > self.end:
-            self.fail("the document ends inside an object", path, "R-TREE-1")
+            self.incomplete("the document ends inside an object", path)
         chunk = self.data[self.pos : self.pos + size]
         self.pos += size
         return chunk
 
     def peek(self, path: TreePath) -> int:
         if self.pos >= self.end:
-            self.fail("the document ends where an object was expected", path, "R-TREE-1")
+            self.incomplete("the document ends where an object was expected", path)
         return self.data[self.pos]
 
     def unpack(self, fmt: str, size: int, path: TreePath) -> Any:
@@ -131,20 +154,18 @@ class _Parser:
         # R-LIM-11 on what the header declares (objects begun + objects still declared), before R-TREE-1.
         self.pending += length * minimum_each
         if self.nodes + self.pending > TREE_MAX_NODES:
-            raise LimitExceeded(f"declares {length} {'entries' if minimum_each == 2 else 'elements'}: the "
-                                f"document would hold {self.nodes + self.pending} msgpack objects, limit "
-                                f"{TREE_MAX_NODES}", field=str(path), rule="R-LIM-11")
+            raise required(TREE.check("R-LIM-11", str(path), self.nodes + self.pending,
+                                      f"{length} {'entries' if minimum_each == 2 else 'elements'}"))
         if declared is not None:
             declared(length)
         # Every element needs at least one byte: no allocation beyond what the bytes can hold (R-LIM-0).
         if length * minimum_each > self.end - self.pos:
-            self.fail(f"declares {length} elements but only {self.end - self.pos} bytes follow", path, "R-TREE-1")
+            self.incomplete(f"declares {length} elements but only {self.end - self.pos} bytes follow", path)
         return length
 
     def enter(self, depth: int, path: TreePath) -> int:
-        if depth + 1 > TREE_MAX_DEPTH:
-            raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH} arrays and maps", field=str(path),
-                                rule="R-LIM-10")
+        if depth + 1 > TREE_MAX_DEPTH:  # tested inline: a container within the limit costs no call
+            raise required(TREE.check("R-LIM-10", str(path), depth + 1))
         return depth + 1
 
     def sized(self, byte: int, path: TreePath, small_base: int, codes: tuple[int, int, int],
@@ -162,9 +183,8 @@ class _Parser:
         if length > TREE_MAX_STR_BYTES:
             raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=str(path),
                                 rule="R-LIM-12")
-        if big_int and length > TREE_MAX_BIG_INT_BYTES:
-            raise LimitExceeded(f"a big int magnitude of {length} bytes, limit {TREE_MAX_BIG_INT_BYTES}",
-                                field=str(path), rule="R-LIM-18")
+        if big_int:
+            raise_if(TREE.check("R-LIM-18", str(path), length))
         return self.take(length, path)
 
     def string(self, path: TreePath) -> str:
@@ -173,8 +193,9 @@ class _Parser:
         raw = self.sized(byte, path, 0xA0, (0xD9, 0xDA, 0xDB))
         try:
             return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            self.fail("a str is not valid UTF-8", path, "R-TREE-9")
+        except UnicodeDecodeError as exc:
+            self.broke(TREE.check("R-TREE-9", str(path), exc))
+            raise  # unreachable: a decoding failure breaks the rule
 
     def binary(self, path: TreePath, *, big_int: bool = False) -> bytes:
         byte = self.data[self.pos]
@@ -240,8 +261,7 @@ class _Parser:
         if byte in _BIN_BYTES:
             return self.binary(path)
         if byte in _EXT_BYTES:
-            self.marker(path)
-            self.fail("a tag marker may only be element 0 of an array", path, "R-TREE-15")
+            self.stray_marker(path)
         self.fail(f"byte {byte:#04x} starts no msgpack object of the node vocabulary", path, "R-TREE-3")
 
     def array(self, depth: int, path: TreePath) -> Any:
@@ -266,10 +286,10 @@ class _Parser:
             elif byte in _INT_BYTES and int_keys:
                 key = self.integer(path)
             elif byte in _EXT_BYTES:
-                self.marker(path)
-                self.fail("a tag marker may only be element 0 of an array, not a map key", path, "R-TREE-15")
+                self.stray_marker(path, ", not a map key")
             elif int_keys:
-                self.fail(f"map key starting with byte {byte:#04x} is not a str or an int", path, "R-TREE-10")
+                self.broke(TREE.check("R-TREE-10", str(path), False, f"map key starting with byte {byte:#04x}"))
+                raise AssertionError("unreachable")  # the key broke R-TREE-10
             else:
                 self.fail("named tuple field names are str", path, "R-TREE-20")
             if key in out:
@@ -311,49 +331,56 @@ class _Parser:
         if tag == Tag.ARRAY:
             return self.array_node(depth, path)
         if tag == Tag.NAMED_TUPLE:
-            self.expect(_STR_BYTES, "a str (type name)", path.child(1), "R-TREE-17")
+            self.field_type(path.child(1), "a str (type name)", _STR_BYTES)
             type_name = self.string(path.child(1))
-            self.expect(_MAP_BYTES, "a map (fields)", path.child(2), "R-TREE-17")
+            self.field_type(path.child(2), "a map (fields)", _MAP_BYTES)
             body = self.mapping(depth, path.child(2), int_keys=False)
             return NamedTupleValue(type_name, body)  # type: ignore[arg-type]  # int_keys=False: str keys only
         if tag == Tag.BIG_INT:
-            self.expect(_BIN_BYTES, "a bin (magnitude)", path.child(1), "R-TREE-17")
-            raw = self.binary(path.child(1), big_int=True)
-            if not raw or big_int_bytes(int.from_bytes(raw, "little", signed=True)) != raw:
-                self.fail("big int magnitude is not the minimal two's complement encoding", path, "R-TREE-21")
-            number = int.from_bytes(raw, "little", signed=True)
-            if INT_MIN <= number <= INT_MAX:
-                self.fail("big int value lies within -2**63 .. 2**64-1 and must be a msgpack int", path,
-                          "R-TREE-22")
-            return number
+            return self.big_int(path)
         if tag == Tag.COMPLEX:
             parts = []
             for index in (1, 2):
-                self.expect(_FLOAT_BYTES, "a float", path.child(index), "R-TREE-17")
+                self.field_type(path.child(index), "a float", _FLOAT_BYTES)
                 parts.append(self.floating(path.child(index)))
             return complex(parts[0], parts[1])
         if tag == Tag.SCALAR:
-            self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
-            name = self.string(path.child(1))
-            self.expect(_BIN_BYTES, "a bin (raw value)", path.child(2), "R-TREE-17")
-            raw = self.binary(path.child(2))
-            size = _itemsize(name, path.child(1))
-            if len(raw) != size:
-                self.fail(f"{name} scalar needs {size} bytes, got {len(raw)}", path.child(2), "R-TREE-23")
-            if name == "bool" and raw not in (b"\x00", b"\x01"):
-                self.fail(f"bool scalar byte is {raw.hex()}, not 00 or 01", path.child(2), "R-TREE-24")
-            return np.frombuffer(raw, dtype=numpy_dtype(name))[0]
+            return self.scalar(path)
         if tag == Tag.PRNG_KEY:
             return self.prng_key(depth, path)
         # Tag.DTYPE
-        self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
+        self.field_type(path.child(1), "a str (dtype)", _STR_BYTES)
         name = self.string(path.child(1))
         _itemsize(name, path.child(1))
         self.placeholders = True
         return DtypeValue(name)
 
+    def big_int(self, path: TreePath) -> int:
+        """Tag 3's field: a minimal two's complement magnitude of a value outside the msgpack int range."""
+        self.field_type(path.child(1), "a bin (magnitude)", _BIN_BYTES)
+        raw = self.binary(path.child(1), big_int=True)
+        if not raw or big_int_bytes(int.from_bytes(raw, "little", signed=True)) != raw:
+            self.fail("big int magnitude is not the minimal two's complement encoding", path, "R-TREE-21")
+        number = int.from_bytes(raw, "little", signed=True)
+        if INT_MIN <= number <= INT_MAX:
+            self.fail("big int value lies within -2**63 .. 2**64-1 and must be a msgpack int", path, "R-TREE-22")
+        return number
+
+    def scalar(self, path: TreePath) -> Any:
+        """Tag 5's fields: a dtype name and exactly one element's raw bytes."""
+        self.field_type(path.child(1), "a str (dtype)", _STR_BYTES)
+        name = self.string(path.child(1))
+        self.field_type(path.child(2), "a bin (raw value)", _BIN_BYTES)
+        raw = self.binary(path.child(2))
+        size = _itemsize(name, path.child(1))
+        if len(raw) != size:
+            self.fail(f"{name} scalar needs {size} bytes, got {len(raw)}", path.child(2), "R-TREE-23")
+        if name == "bool" and raw not in (b"\x00", b"\x01"):
+            self.fail(f"bool scalar byte is {raw.hex()}, not 00 or 01", path.child(2), "R-TREE-24")
+        return np.frombuffer(raw, dtype=numpy_dtype(name))[0]
+
     def array_node(self, depth: int, path: TreePath) -> ArrayRef:
-        self.expect(_STR_BYTES, "a str (dtype)", path.child(1), "R-TREE-17")
+        self.field_type(path.child(1), "a str (dtype)", _STR_BYTES)
         name = self.string(path.child(1))
         shape_path = path.child(2)
         self.expect(_ARRAY_BYTES, "an array of unsigned ints (shape)", shape_path, "R-ARR-1")
@@ -373,32 +400,28 @@ class _Parser:
         return ref
 
     def prng_key(self, depth: int, path: TreePath) -> PRNGKeyValue:
-        self.expect(_STR_BYTES, "a str (impl)", path.child(1), "R-TREE-17")
+        self.field_type(path.child(1), "a str (impl)", _STR_BYTES)
         impl = self.string(path.child(1))
         data_path = path.child(2)
         byte = self.peek(data_path)
         start = self.pos
-        if byte not in _ARRAY_BYTES:
-            self.fail("PRNG key data must be an array node (tag 6)", data_path, "R-TREE-17")
+        not_array = "PRNG key data must be an array node (tag 6)"
+        self.field_type(data_path, not_array, ok=byte in _ARRAY_BYTES)
         data = self.value(depth, data_path)
         if not isinstance(data, ArrayRef) or data.where is not data_path:
             self.pos = start
-            self.fail("PRNG key data must be an array node (tag 6)", data_path, "R-TREE-17")
-        if impl not in PRNG_IMPL_KEY_SHAPES and not _PRNG_IMPL.fullmatch(impl):
-            self.fail(f"PRNG impl {impl!r} is not threefry2x32, rbg, unsafe_rbg or a namespaced name",
-                      path.child(1), "R-TREE-25")
-        if data.dtype != "uint32":
-            self.fail(f"PRNG key data has dtype {data.dtype}, not uint32", data_path, "R-TREE-26")
-        key_shape = PRNG_IMPL_KEY_SHAPES.get(impl)
-        if key_shape is not None and (not data.shape or data.shape[-1] != key_shape[0]):
-            rule = "R-TREE-27" if impl == "threefry2x32" else "R-TREE-28"
-            self.fail(f"{impl} key data shape {list(data.shape)} must end in {key_shape[0]}", data_path, rule)
+            self.field_type(data_path, not_array, ok=False)
+        assert isinstance(data, ArrayRef)  # for mypy: anything else failed R-TREE-17 above
+        self.broke(TREE.check("R-TREE-25", str(path.child(1)), impl))
+        where = str(data_path)
+        self.broke(TREE.check("R-TREE-26", where, data.dtype) or TREE.check("R-TREE-27", where, impl, data.shape)
+                   or TREE.check("R-TREE-28", where, impl, data.shape))
         self.placeholders = True
         return PRNGKeyValue(impl, data)  # type: ignore[arg-type]  # an ArrayRef until the array is read
 
     def document(self) -> Any:
         if self.end == 0:
-            self.fail("tree.msgpack is empty", ROOT, "R-TREE-1")
+            self.incomplete("tree.msgpack is empty", ROOT)
         root = self.value(0, ROOT)
         if self.pos != self.end:
             raise TreeError(f"{self.end - self.pos} bytes after the end of the root object", field="$",
@@ -417,5 +440,5 @@ def exact_decode(data: bytes, *, understood_tags: Collection[int] = (), format_v
     try:
         root = parser.document()
     except RecursionError:  # cannot happen below the depth limit; kept so no other exception escapes
-        raise LimitExceeded(f"nested deeper than {TREE_MAX_DEPTH}", field="$", rule="R-LIM-10") from None
+        raise required(TREE.check("R-LIM-10", "$", TREE_MAX_DEPTH + 1)) from None
     return DecodedTree(root, parser.arrays, parser.placeholders, parser.sharded)

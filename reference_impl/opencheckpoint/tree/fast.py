@@ -14,9 +14,10 @@ import numpy as np
 
 from ..dtypes import DTYPES, numpy_dtype
 from ..limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
+from ..rules.tree import prng_impl, prng_key_dtype, rbg_key_shape, threefry_key_shape
 from .encode import big_int_bytes
-from .exact import _FIELDS, _PRNG_IMPL, DecodedTree
-from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .exact import _FIELDS, DecodedTree
+from .nodes import INT_MAX, INT_MIN, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .treepath import ROOT, TreePath
 
 
@@ -168,11 +169,10 @@ class _FastWalk:
             if (type(first) is not str or type(data) is not list or not data or type(data[0]) is not _ExtType
                     or data[0].code != 6 or data[0].data or len(data) != 6 or depth + 1 > TREE_MAX_DEPTH):
                 raise _DOUBT
-            if first not in PRNG_IMPL_KEY_SHAPES and not _PRNG_IMPL.fullmatch(first):
+            if prng_impl(first) is not None:  # the rules' own checks: the exact parser reports which one
                 raise _DOUBT
             ref = self.array_node(data, depth + 1, path.child(2))
-            key_shape = PRNG_IMPL_KEY_SHAPES.get(first)
-            if ref.dtype != "uint32" or (key_shape is not None and (not ref.shape or ref.shape[-1] != key_shape[0])):
+            if prng_key_dtype(ref.dtype) or threefry_key_shape(first, ref.shape) or rbg_key_shape(first, ref.shape):
                 raise _DOUBT
             return PRNGKeyValue(first, ref)  # type: ignore[arg-type]  # an ArrayRef until the array is read
         # Tag.DTYPE

@@ -7,7 +7,9 @@ R-ARR-10 (overlaps; identical extents are aliases and must agree on the
 checksum), then R-ARR-11 (the extents end exactly at the end of the file).
 Zero padding (R-ARR-12) is checked by :func:`check_padding` (``validate``).
 
->>> from .nodes import ArrayRef
+>>> from ..rules import required
+from ..rules.tree import TREE
+from .nodes import ArrayRef
 >>> check_layout([ArrayRef("float32", (2,), 0, 8, 1, "$.a"), ArrayRef("float32", (2,), 32, 8, 2, "$.b")], 40)
 Traceback (most recent call last):
 ...
@@ -23,6 +25,8 @@ import numpy as np
 from ..dtypes import DTYPES
 from ..errors import ArrayLayoutError, CheckpointError, LimitExceeded
 from ..limits import ALIGNMENT, ARRAY_MAX_DIM, ARRAY_MAX_NDIM
+from ..rules import required
+from ..rules.tree import TREE
 from .nodes import ArrayRef
 
 _LIMIT = 2**63
@@ -30,9 +34,8 @@ _LIMIT = 2**63
 
 def limit_error(ref: ArrayRef) -> CheckpointError | None:
     """R-LIM-13 .. R-LIM-16 for one array node (also a sharded array's global shape), or None."""
-    if len(ref.shape) > ARRAY_MAX_NDIM:
-        return LimitExceeded(f"array has {len(ref.shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=ref.path,
-                             rule="R-LIM-13")
+    if len(ref.shape) > ARRAY_MAX_NDIM:  # tested inline: an array within the limit costs no call
+        return TREE.check("R-LIM-13", ref.path, len(ref.shape))
     for dim in ref.shape:
         if dim > ARRAY_MAX_DIM:
             return LimitExceeded(f"dimension {dim} exceeds 2**63-1", field=ref.path, rule="R-LIM-14")
@@ -62,9 +65,9 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.
         expected = DTYPES[ref.dtype][0]
         for dim in ref.shape:
             expected *= dim
-        if ref.nbytes != expected:
-            errors.append(ArrayLayoutError(f"shape {list(ref.shape)} of {ref.dtype} is {expected} bytes but "
-                                           f"nbytes is {ref.nbytes}", field=ref.path, rule="R-ARR-4"))
+        if ref.nbytes != expected:  # tested inline: a matching array costs no call
+            errors.append(required(TREE.check("R-ARR-4", ref.path, ref.shape, ref.dtype, DTYPES[ref.dtype][0],
+                                              ref.nbytes)))
     if errors:
         return errors
     for ref in arrays:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DTYPES
+from ..rules.tree import PRNG_IMPL_KEY_SHAPES as PRNG_IMPL_KEY_SHAPES  # key data shapes: the rules' table
 from .treepath import TreePath
 
 
@@ -46,12 +47,6 @@ FIXED_LENGTH: dict[int, int] = {
     Tag.DTYPE: 2,
 }
 
-#: Key data shape of each built-in PRNG implementation (JAX names).
-PRNG_IMPL_KEY_SHAPES: dict[str, tuple[int, ...]] = {
-    "threefry2x32": (2,),
-    "rbg": (4,),
-    "unsafe_rbg": (4,),
-}
 
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1

@@ -14,14 +14,21 @@ import numpy as np
 from ..errors import UnsupportedValue
 
 
+def refuse(message: str, *, field: str | None = None, file: str | None = None) -> UnsupportedValue:
+    """R-WTR-3, the one place it is reported: a writer that cannot represent a value fails (never writes a
+    substitute); ``message`` says what would be lost and names the fix, ``field`` the value's tree path,
+    ``file`` the file being written, where one is."""
+    return UnsupportedValue(message, file=file, field=field, rule="R-WTR-3")
+
+
 def lost_subclass(value: Any, path: str) -> UnsupportedValue:
     kind = type(value)
     base = next(b for b in (bool, int, float, str, bytes, tuple) if isinstance(value, b)) if not isinstance(
         value, (bytearray, memoryview)) else bytes
-    return UnsupportedValue(
+    return refuse(
         f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a plain "
         f"{base.__name__}. Store {base.__name__}(value) (or an enum's .value) and rebuild the type when loading, "
-        "or register an adapter for it", field=path, rule="R-WTR-3")
+        "or register an adapter for it", field=path)
 
 
 def plain_array(value: np.ndarray, path: str) -> np.ndarray:
@@ -36,23 +43,23 @@ def plain_array(value: np.ndarray, path: str) -> np.ndarray:
     kind = type(value)
     fix = ("store its .data and .mask (np.ma.getmaskarray(value)) as two arrays" if isinstance(value, np.ma.MaskedArray)
            else "store np.asarray(value) and rebuild the type when loading")
-    raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
-                           f"plain numpy.ndarray; {fix}", field=path, rule="R-WTR-3")
+    raise refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
+                           f"plain numpy.ndarray; {fix}", field=path)
 
 
 def big_endian(dtype: np.dtype, path: str) -> UnsupportedValue:
-    return UnsupportedValue(
+    return refuse(
         f"cannot store the big-endian dtype {dtype.str!r}: spec dtypes are little-endian, so it would come back as "
         f"{dtype.newbyteorder('<').str!r}; store value.astype(value.dtype.newbyteorder('<')) (or the dtype "
-        "newbyteorder('<'))", field=path, rule="R-WTR-3")
+        "newbyteorder('<'))", field=path)
 
 
 def lost_attributes(value: Any, attributes: list[str], path: str) -> UnsupportedValue:
     kind = type(value)
-    return UnsupportedValue(
+    return refuse(
         f"cannot store this {kind.__module__}.{kind.__qualname__}: its attribute{'s' if len(attributes) > 1 else ''} "
         f"{', '.join(attributes)} would be lost (only the fields are stored); store them as fields or beside it",
-        field=path, rule="R-WTR-3")
+        field=path)
 
 
 __all__ = ["big_endian", "lost_attributes", "lost_subclass", "plain_array"]

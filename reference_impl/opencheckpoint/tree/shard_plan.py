@@ -32,9 +32,12 @@ import msgpack
 import numpy as np
 
 from ..dtypes import dtype_name, numpy_dtype
-from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
-from ..limits import ARRAY_MAX_NDIM, SHARDS_MAX_PER_ARRAY
+from ..errors import CheckpointError, LimitExceeded
+from ..limits import SHARDS_MAX_PER_ARRAY
+from ..rules import raise_if
+from ..rules.tree import TREE
 from .datafile import DataFilePlan
+from .refusals import refuse
 
 __all__ = ["SHARDED_ARRAY_TAG", "LocalShard", "ShardPlan", "ShardedValue", "check_cover", "merge_records",
            "rank_file"]
@@ -116,11 +119,8 @@ class ShardPlan:
 def _checked_header(value: ShardedValue, path: str) -> tuple[tuple[int, ...], str]:
     shape = value.global_shape
     if not isinstance(shape, (tuple, list)) or not all(type(d) is int and d >= 0 for d in shape):
-        raise UnsupportedValue(f"global_shape must be a tuple of ints >= 0, got {shape!r}", field=path,
-                               rule="R-WTR-3")
-    if len(shape) > ARRAY_MAX_NDIM:
-        raise LimitExceeded(f"array has {len(shape)} dimensions, limit {ARRAY_MAX_NDIM}", field=path,
-                            rule="R-LIM-13")
+        raise refuse(f"global_shape must be a tuple of ints >= 0, got {shape!r}", field=path)
+    raise_if(TREE.check("R-LIM-13", path, len(shape)))
     if len(value.local_shards) > SHARDS_MAX_PER_ARRAY:
         # The reader's limit (R-LIM-20), refused before writing; the rule's one check site is the reader's.
         raise LimitExceeded(f"{len(value.local_shards)} local shards, limit {SHARDS_MAX_PER_ARRAY} per array "
@@ -135,23 +135,22 @@ def _checked_header(value: ShardedValue, path: str) -> tuple[tuple[int, ...], st
 def _checked_shard(shard: LocalShard, shape: tuple[int, ...], dtype: str, path: str) -> np.ndarray:
     """The shard's array, refused unless it lies inside ``shape`` with the array's dtype."""
     if not isinstance(shard, LocalShard) or not isinstance(shard.data, np.ndarray):
-        raise UnsupportedValue("a local shard must be a LocalShard(start, data: numpy.ndarray)", field=path,
-                               rule="R-WTR-3")
+        raise refuse("a local shard must be a LocalShard(start, data: numpy.ndarray)", field=path)
     array = shard.data
     try:
         name = dtype_name(array.dtype)
     except CheckpointError as exc:
         raise exc.at(field=path) from None
     if name != dtype or array.dtype.byteorder == ">":
-        raise UnsupportedValue(f"shard dtype {array.dtype.str} is not the array's little-endian {dtype}",
-                               field=path, rule="R-WTR-3")
+        raise refuse(f"shard dtype {array.dtype.str} is not the array's little-endian {dtype}",
+                               field=path)
     start = shard.start
     if len(start) != len(shape) or array.ndim != len(shape) or not all(type(s) is int and s >= 0 for s in start):
-        raise UnsupportedValue(f"shard start {start!r} and data shape {array.shape} must have the "
-                               f"{len(shape)} dimensions of the global shape {shape}", field=path, rule="R-WTR-3")
+        raise refuse(f"shard start {start!r} and data shape {array.shape} must have the "
+                               f"{len(shape)} dimensions of the global shape {shape}", field=path)
     if any(s + n > d for s, n, d in zip(start, array.shape, shape, strict=True)):
-        raise UnsupportedValue(f"shard at {tuple(start)} of shape {array.shape} lies outside the global shape "
-                               f"{shape}", field=path, rule="R-WTR-3")
+        raise refuse(f"shard at {tuple(start)} of shape {array.shape} lies outside the global shape "
+                               f"{shape}", field=path)
     return array
 
 
@@ -171,8 +170,8 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
     for record in records:
         key = (tuple(record[1]), tuple(record[2]))
         if regions.setdefault(key, record[5]) != record[5]:
-            raise UnsupportedValue(f"two replicas of the region start={list(key[0])} size={list(key[1])} hold "
-                                   "different bytes", field=path, rule="R-WTR-3")
+            raise refuse(f"two replicas of the region start={list(key[0])} size={list(key[1])} hold "
+                                   "different bytes", field=path)
     # Imported here: the package of the tiling sweep imports this module (a cycle at import time otherwise).
     from ..sharding.tiling import find_overlap, uncovered
 
@@ -181,13 +180,12 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
         sizes = np.array([size for _, size in regions], dtype=np.int64)
         pair = find_overlap(starts, sizes)  # O(n log n) sweep, as the reader's check (R-SHD)
         if pair is not None:
-            raise UnsupportedValue(f"shard regions overlap: start={starts[pair[0]].tolist()} and "
-                                   f"start={starts[pair[1]].tolist()}", field=path, rule="R-WTR-3")
+            raise refuse(f"shard regions overlap: start={starts[pair[0]].tolist()} and "
+                                   f"start={starts[pair[1]].tolist()}", field=path)
     missing = uncovered(shape, [size for _, size in regions])
     if missing:
-        raise UnsupportedValue(f"the shards of every rank leave {missing} of the {total} elements of the global "
-                               f"shape {list(shape)} uncovered: some region was written by no rank", field=path,
-                               rule="R-WTR-3")
+        raise refuse(f"the shards of every rank leave {missing} of the {total} elements of the global "
+                               f"shape {list(shape)} uncovered: some region was written by no rank", field=path)
 
 
 def merge_records(nodes: Sequence[tuple[str, list[Any]]], summaries: Sequence[Sequence[dict[str, Any]]],
@@ -199,14 +197,13 @@ def merge_records(nodes: Sequence[tuple[str, list[Any]]], summaries: Sequence[Se
     """
     for summary, rank in zip(summaries, ranks, strict=True):
         if len(summary) != len(nodes):
-            raise UnsupportedValue(f"rank {rank} saved {len(summary)} sharded arrays, the coordinator "
-                                   f"{len(nodes)}: every rank must save the same tree", rule="R-WTR-3")
+            raise refuse(f"rank {rank} saved {len(summary)} sharded arrays, the coordinator "
+                                   f"{len(nodes)}: every rank must save the same tree")
         for (path, node), theirs in zip(nodes, summary, strict=True):
             if (theirs["path"], theirs["dtype"], list(theirs["shape"])) != (path, node[1], node[2]):
-                raise UnsupportedValue(
+                raise refuse(
                     f"rank {rank} saved {theirs['path']} as {theirs['dtype']} {theirs['shape']} where the "
-                    f"coordinator has {node[1]} {node[2]}: every rank must save the same tree", field=path,
-                    rule="R-WTR-3")
+                    f"coordinator has {node[1]} {node[2]}: every rank must save the same tree", field=path)
             node[3].extend(theirs["shards"])
     for path, node in nodes:
         node[3].sort(key=lambda record: (record[1], record[0]))  # canonical order: by region, then file

@@ -7,7 +7,8 @@ nodes (:mod:`.sharded`).
 from __future__ import annotations
 
 from ..dtypes import DTYPES
-from ..errors import UnknownDtype
+from ..rules import required
+from ..rules.tree import TREE
 from .treepath import TreePath
 
 EXT_BYTES = frozenset({0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
@@ -22,6 +23,6 @@ BIN_BYTES = frozenset({0xC4, 0xC5, 0xC6})
 def itemsize(name: str, path: TreePath) -> int:
     """The byte size of dtype ``name``; an unknown name is :class:`UnknownDtype` (R-DT-1)."""
     entry = DTYPES.get(name)
-    if entry is None:
-        raise UnknownDtype(f"dtype {name!r} is not in the dtype table", field=str(path), rule="R-DT-1")
+    if entry is None:  # tested inline: a known dtype (every array node) costs no call
+        raise required(TREE.check("R-DT-1", str(path), None, name))
     return entry[0]
