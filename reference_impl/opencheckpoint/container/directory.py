@@ -236,6 +236,19 @@ class DirectorySource(Source):
         finally:
             os.close(fd)
 
+    def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int]:
+        fd = self._open(rel)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise size_mismatch(rel, actual, size)
+            try:
+                return mmap.mmap(fd, size, access=mmap.ACCESS_COPY), 0
+            except (OSError, ValueError) as exc:
+                raise MissingFile(f"cannot map: {exc}", file=rel, rule="R-CON-3") from None
+        finally:
+            os.close(fd)
+
     def open_region(self, rel: str, size: int) -> FileRegion:
         """The file for positioned reads into caller buffers (no map: no file pages in RSS)."""
         fd = self._open(rel)
