@@ -272,6 +272,24 @@ def test_load_state_dict_that_keeps_then_raises_ends_with_owned_arrays(tmp_path:
     assert identity(data_file(path)) not in mapped_inodes()
 
 
+class KeepsThenRefusesOwned(Keeper):
+    """Keeps the arrays of the first call; refuses any later call."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.calls:
+            self.record(state)
+            raise ValueError("only once")
+        super().load_state_dict(state)
+
+
+def test_a_keeper_that_refuses_the_owned_copies_raises_naming_both_calls(tmp_path: Path) -> None:
+    target = KeepsThenRefusesOwned(zeros())
+    with pytest.raises(IncompatibleComponent, match="kept arrays it was given; given owned copies of them, it "
+                                                    "failed: load_state_dict failed: only once"):
+        Checkpoint(model=target).load(save(tmp_path, "directory"))
+    assert target.lent == [True, False]
+
+
 class Hoarder(Copier):
     """Keeps every state it was ever given."""
 

@@ -115,10 +115,14 @@ class LentRestore:
         owned = shape_state(self.reader, self.lent.owned(), "numpy", self.live)
         try:
             load_state(self.value, owned, self.reader)
-        except IncompatibleComponent as exc:
-            if not failed:
+        except Exception as exc:
+            if failed:
+                pass  # the caller raises the first call's error; this one repeats it or differs by chance
+            elif isinstance(exc, IncompatibleComponent):
                 raise IncompatibleComponent(f"{type(self.value).__name__}.load_state_dict kept arrays it was given; "
                                             f"given owned copies of them, it failed: {exc.message}") from exc
+            else:
+                raise
         del owned
         if not self.lent.returned():
             warnings.warn(f"component {self.reader.name!r}: {type(self.value).__name__} still holds arrays of the "
