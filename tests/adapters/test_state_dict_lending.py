@@ -24,6 +24,7 @@ from opencheckpoint import Checkpoint, IncompatibleComponent, IntegrityError, op
 from opencheckpoint.lent_views import LentTree
 
 FORMS = ["directory", "archive"]
+MMAP = mmap.mmap  # the type itself, also while a test replaces the constructor
 
 
 def is_lent(array: np.ndarray) -> bool:
@@ -31,7 +32,7 @@ def is_lent(array: np.ndarray) -> bool:
     root = array
     while isinstance(root.base, np.ndarray):
         root = root.base
-    return isinstance(root.base, memoryview) and isinstance(root.base.obj, mmap.mmap)
+    return isinstance(root.base, memoryview) and isinstance(root.base.obj, MMAP)
 
 
 class Copier:
@@ -309,6 +310,21 @@ def test_an_object_that_never_drops_a_view_is_warned_about(tmp_path: Path) -> No
     with pytest.warns(RuntimeWarning, match="still holds arrays of the first load_state_dict call"):
         Checkpoint(model=target).load(path)
     assert_owned(target.arrays)  # the arrays it uses are the owned ones of the second call
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_map_that_cannot_be_made_falls_back_to_fresh_arrays(tmp_path: Path, form: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save(tmp_path, form)
+
+    def refuse(*args: Any, **kwargs: Any) -> mmap.mmap:
+        raise OSError(12, "Cannot allocate memory")  # ENOMEM: strict overcommit, no address space
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    target = Copier(zeros())
+    Checkpoint(model=target).load(path)
+    assert target.lent == [False]
+    assert all(target.arrays[key].tobytes() == value.tobytes() for key, value in stored().items())
 
 
 @pytest.mark.parametrize("form", FORMS)

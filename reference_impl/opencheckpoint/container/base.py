@@ -63,7 +63,8 @@ class Source(abc.ABC):
 
     def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int] | None:
         """A copy-on-write map that nothing else holds, and where the file's ``size`` bytes (more than 0)
-        start in it; None where the form has no map (remote).
+        start in it; None where the form has no map (remote) or the map cannot be made (no address
+        space, or no commit charge under strict overcommit): the caller reads the file instead.
 
         Its views are writeable, and writes never reach the file; the caller
         closes the map (:mod:`opencheckpoint.lent_views` lends its views to an
