@@ -6,8 +6,9 @@ Split from :mod:`.base`, which re-exports every public name.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import sys
-import traceback
 import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,8 @@ class LentRestore:
 
 def _forget_locals(exc: BaseException) -> None:
     """Clear the local variables of the finished frames of ``exc``'s traceback and the exceptions it chains
-    (they hold the lent views); the traceback itself (files, lines) stays."""
+    (they hold the lent views); the traceback itself (files, lines) stays (as ``traceback.clear_frames``,
+    which would also finalize a suspended generator)."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -141,8 +143,18 @@ def _forget_locals(exc: BaseException) -> None:
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        traceback.clear_frames(item.__traceback__)
+        tb = item.__traceback__
+        while tb is not None:
+            # A generator's frame is left alone: clearing a suspended one would finalize the generator.
+            if not tb.tb_frame.f_code.co_flags & _SUSPENDABLE:
+                with contextlib.suppress(RuntimeError):  # a frame still executing (this call's own) stays
+                    tb.tb_frame.clear()
+            tb = tb.tb_next
         todo += [item.__cause__, item.__context__]
+
+
+#: code flags of frames that can be suspended (generators, coroutines, async generators)
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 #: Component metadata key of a state saved with its mappings' attributes kept beside it (:func:`write_state`).
