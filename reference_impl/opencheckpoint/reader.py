@@ -35,6 +35,7 @@ from .convert import materialize_read, materialize_views, numpy_framework, resol
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification
 from .kind_migrations import has_migrations, migrate_files, newest_version
+from .lent_views import LentTree, lend_tree
 from .location import PathArg
 from .manifest import KIND_VERSIONS
 from .progress import ProgressArg, files_bytes, reporting
@@ -193,6 +194,11 @@ class CheckpointReader(CheckpointSteps):
             return materialize_read(decoded, fresh, numpy_framework(), None)
 
         return fill
+
+    def lend(self, name: str, *, verify: bool = True) -> LentTree | None:
+        """A tree component's arrays as verified, writeable views of a private map of its data file, to lend
+        to an object's own load method, or None where none can be lent (:mod:`opencheckpoint.lent_views`)."""
+        return lend_tree(self, name, verify=verify)
 
     def user_kind_files(self, name: str) -> dict[str, bytes]:
         """The verified files of a third-party kind whose steps were registered with

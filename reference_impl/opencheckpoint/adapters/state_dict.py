@@ -6,14 +6,20 @@ Split from :mod:`.base`, which re-exports every public name.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import sys
+import warnings
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import IncompatibleComponent
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .protocol import Adapter, PreparedRestore, container_framework
+
+if TYPE_CHECKING:
+    from ..lent_views import LentTree
 
 
 class StateDictAdapter(Adapter):
@@ -21,7 +27,10 @@ class StateDictAdapter(Adapter):
 
     Arrays come back as the framework objects the live ``state_dict()`` holds
     at the same place (a torch tensor where the object has one), NumPy arrays
-    elsewhere. The object's own ``load_state_dict`` cannot be checked
+    elsewhere. From a local checkpoint, NumPy arrays are verified views of a
+    private map of the data file, lent to ``load_state_dict`` and taken back
+    after it (:class:`LentRestore`): an object that copies them restores in
+    one copy, one that keeps them gets owned arrays instead. The object's own ``load_state_dict`` cannot be checked
     beforehand: its restore is ``checked=False``. ``CheckpointOptions``'
     ``save_args``/``save_kwargs`` go to ``state_dict(...)`` and
     ``load_args``/``load_kwargs`` to ``load_state_dict(state, ...)``.
@@ -42,15 +51,110 @@ class StateDictAdapter(Adapter):
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         live = value.state_dict()
+        lent = reader.reader.lend(reader.name, verify=reader.verify)
+        if lent is not None:
+            # Views of the file's pages, verified now: load_state_dict copies from them in one pass
+            # (no fresh array, no page fault); phase 2 takes them back (lent_views).
+            state = shape_state(reader, lent.take(), "numpy", live)
+            return PreparedRestore(LentRestore(value, reader, live, lent, state), checked=False)
         state = read_state(reader, "numpy", live)
 
         def apply() -> None:
-            try:
-                value.load_state_dict(state, *reader.method_args, **reader.method_kwargs)
-            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+            load_state(value, state, reader)
 
         return PreparedRestore(apply, checked=False)
+
+
+def load_state(value: Any, state: Any, reader: ComponentReader) -> None:
+    """``value.load_state_dict(state, ...)``, its refusal (``KeyError``, ``ValueError``, ...) as
+    :class:`IncompatibleComponent`."""
+    try:
+        value.load_state_dict(state, *reader.method_args, **reader.method_kwargs)
+    except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+        raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+
+
+class LentRestore:
+    """Phase 2 of a state-dict restore from lent views: ``load_state_dict`` with them, then take them back.
+
+    Most objects copy what ``load_state_dict`` gives them; then every view is
+    gone when it returns and the map closes. An object that kept an array
+    (stored it, or a view of it) gets the whole state again as fresh, owned
+    arrays in a second call, so it never holds an array that lives in a
+    map of the checkpoint's file. The same happens when ``load_state_dict``
+    raises after keeping some (the original error is raised): the object
+    ends as it would after one call with owned arrays. The frames of the
+    object's exception lose their local variables, which held views.
+    """
+
+    __slots__ = ("value", "reader", "live", "lent", "state")
+
+    def __init__(self, value: Any, reader: ComponentReader, live: Any, lent: LentTree, state: Any) -> None:
+        self.value = value
+        self.reader = reader
+        self.live = live
+        self.lent = lent
+        #: the state of lent views: the lender's only reference to them, dropped when the call starts
+        self.state = state
+
+    def __call__(self) -> None:
+        state, self.state = self.state, None
+        try:
+            load_state(self.value, state, self.reader)
+        except Exception as exc:
+            del state
+            _forget_locals(exc)
+            if not self.lent.returned():
+                self._replace_kept(failed=True)
+            raise
+        del state
+        if not self.lent.returned():
+            self._replace_kept(failed=False)
+
+    def _replace_kept(self, *, failed: bool) -> None:
+        """The object kept lent arrays: give it the state again, every array an owned copy from the map."""
+        owned = shape_state(self.reader, self.lent.owned(), "numpy", self.live)
+        try:
+            load_state(self.value, owned, self.reader)
+        except Exception as exc:
+            if failed:
+                pass  # the caller raises the first call's error; this one repeats it or differs by chance
+            elif isinstance(exc, IncompatibleComponent):
+                raise IncompatibleComponent(f"{type(self.value).__name__}.load_state_dict kept arrays it was given; "
+                                            f"given owned copies of them, it failed: {exc.message}") from exc
+            else:
+                raise
+        del owned
+        if not self.lent.returned():
+            warnings.warn(f"component {self.reader.name!r}: {type(self.value).__name__} still holds arrays of the "
+                          "first load_state_dict call after a second one with owned copies: they stay views of "
+                          "a private map of the checkpoint's data file until it drops them",
+                          RuntimeWarning, stacklevel=4)
+
+
+def _forget_locals(exc: BaseException) -> None:
+    """Clear the local variables of the finished frames of ``exc``'s traceback and the exceptions it chains
+    (they hold the lent views); the traceback itself (files, lines) stays (as ``traceback.clear_frames``,
+    which would also finalize a suspended generator)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        tb = item.__traceback__
+        while tb is not None:
+            # A generator's frame is left alone: clearing a suspended one would finalize the generator.
+            if not tb.tb_frame.f_code.co_flags & _SUSPENDABLE:
+                with contextlib.suppress(RuntimeError):  # a frame still executing (this call's own) stays
+                    tb.tb_frame.clear()
+            tb = tb.tb_next
+        todo += [item.__cause__, item.__context__]
+
+
+#: code flags of frames that can be suspended (generators, coroutines, async generators)
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 #: Component metadata key of a state saved with its mappings' attributes kept beside it (:func:`write_state`).
@@ -103,6 +207,11 @@ def read_state(reader: ComponentReader, framework: str, live: Any = None) -> Any
     and its mappings' attributes re-attached (as ``OrderedDict`` attributes)."""
     stored = reader.reader.read(reader.name, framework=framework, verify=reader.verify,
                                 map_location=reader.map_location)
+    return shape_state(reader, stored, framework, live)
+
+
+def shape_state(reader: ComponentReader, stored: Any, framework: str, live: Any = None) -> Any:
+    """:func:`read_state` of a tree read already (``stored``, as the reader returned it)."""
     metadata = reader.record.metadata
     lifted: Any = []
     if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:

@@ -176,6 +176,22 @@ class ArchiveSource(Source):
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(self._map)[member.data : member.data + size]
 
+    def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int] | None:
+        """A copy-on-write map of the member's data of its own (the shared read-only map of :meth:`map_file`
+        stays open for this reader's other arrays): the pages from the one holding its first byte on."""
+        member = self._member(rel)
+        if member.size != size:
+            raise size_mismatch(rel, member.size, size)
+        if member.data + size > self._size:
+            raise size_mismatch(rel, self._size - member.data, size)
+        first = member.data - member.data % mmap.ALLOCATIONGRANULARITY  # a map starts on a page boundary
+        try:
+            data_map = mmap.mmap(self._file.fileno(), member.data + size - first, access=mmap.ACCESS_COPY,
+                                 offset=first)
+        except (OSError, ValueError):
+            return None  # no address space or commit charge for it (strict overcommit): read instead
+        return data_map, member.data - first
+
     def open_region(self, rel: str, size: int) -> FileRegion:
         """The member's data for positioned reads into caller buffers (no map)."""
         member = self._member(rel)

@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import abc
+import mmap
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -77,6 +78,17 @@ class Source(abc.ABC):
         view = self.map_file(rel, size)
         for start in range(0, size, CHUNK_BYTES):
             yield view[start : start + CHUNK_BYTES]
+
+    def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int] | None:
+        """A copy-on-write map that nothing else holds, and where the file's ``size`` bytes (more than 0)
+        start in it; None where the form has no map (remote) or the map cannot be made (no address
+        space, or no commit charge under strict overcommit): the caller reads the file instead.
+
+        Its views are writeable, and writes never reach the file; the caller
+        closes the map (:mod:`opencheckpoint.lent_views` lends its views to an
+        object's own load method and closes it once they are all gone).
+        """
+        return None
 
     def lazy_data(self, rel: str, size: int) -> memoryview | FileRegion:
         """What lazy arrays read from: a map (local forms), or a region read by byte range (remote)."""

@@ -213,6 +213,19 @@ class DirectorySource(Source):
         finally:
             os.close(fd)
 
+    def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int] | None:
+        fd = self._open(rel)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise size_mismatch(rel, actual, size)
+            try:
+                return mmap.mmap(fd, size, access=mmap.ACCESS_COPY), 0
+            except (OSError, ValueError):
+                return None  # no address space or commit charge for it (strict overcommit): read instead
+        finally:
+            os.close(fd)
+
     def open_region(self, rel: str, size: int) -> FileRegion:
         """The file for positioned reads into caller buffers (no map: no file pages in RSS)."""
         fd = self._open(rel)
