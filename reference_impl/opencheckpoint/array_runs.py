@@ -83,7 +83,7 @@ def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify
     out: dict[int, np.ndarray] = {}
     ends = offsets + sizes
     position = 0
-    for index in np.flatnonzero((sizes == 0) | (sizes > SMALL_BYTES)).tolist() + [len(refs)]:
+    for index in [*np.flatnonzero((sizes == 0) | (sizes > SMALL_BYTES)).tolist(), len(refs)]:
         while position < index:  # the run of small arrays before ``index``, in batches
             # A batch ends before the first array that would take it past BATCH_BYTES (one array at least).
             limit = int(offsets[position]) + BATCH_BYTES

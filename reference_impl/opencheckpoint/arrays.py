@@ -24,6 +24,7 @@ from .array_runs import read_runs
 from .container.base import FileRegion
 from .dtypes import numpy_dtype
 from .errors import CheckpointError, ConcurrentModification, IntegrityError
+from .gc_pause import paused_gc
 from .integrity import CHUNK_BYTES, crc32c_of
 from .tree.decode import empty_array
 from .tree.nodes import ArrayRef
@@ -89,7 +90,9 @@ def read_arrays(
     """
     if not targets:
         # Fresh arrays only, extents in file order (what writers produce): runs of small arrays in bulk.
-        fresh = read_runs(region, refs, file, verify=verify, single=lambda ref: _single(region, ref, file, verify))
+        with paused_gc():
+            fresh = read_runs(region, refs, file, verify=verify,
+                              single=lambda ref: _single(region, ref, file, verify))
         if fresh is not None:
             return fresh
     reads = _ArrayReads(region, file, verify=verify, scratch=bool(verify and targets), deferred=deferred)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gc_pause import paused_gc
 from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
@@ -48,16 +49,17 @@ def decode_tree(data: bytes, *, understood_tags: Collection[int] = (), format_ve
     errors are those of the exact parser.
     """
     data = bytes(data)
-    if not understood_tags:
-        try:
-            return fast_decode(data)
-        except _Doubt as doubt:
-            # The instance is shared: its traceback would keep this call's frames, and through
-            # them the caller's decoded trees, alive until the next doubt.
-            doubt.__traceback__ = None
-    # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
-    return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
-                        kind_version=kind_version)
+    with paused_gc():  # one object per byte or so, none of them garbage (gc_pause)
+        if not understood_tags:
+            try:
+                return fast_decode(data)
+            except _Doubt as doubt:
+                # The instance is shared: its traceback would keep this call's frames, and through
+                # them the caller's decoded trees, alive until the next doubt.
+                doubt.__traceback__ = None
+        # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
+        return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
+                            kind_version=kind_version)
 
 
 def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..dtypes import canonical_bools, dtype_name
 from ..errors import CheckpointError, LimitExceeded, UnsupportedValue
+from ..gc_pause import paused_gc
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .datafile import DataFilePlan, Writable
@@ -89,7 +90,8 @@ class TreePlan:
         self.data = DataFilePlan()
         #: This rank's shard data file and tag-10 nodes; None until the tree holds a :class:`ShardedValue`.
         self.shards: ShardPlan | None = None
-        self.root = self._node(value, 0, "$")
+        with paused_gc():  # a node list per array, none of them garbage (gc_pause)
+            self.root = self._node(value, 0, "$")
 
     @property
     def extents(self) -> list[Any]:
@@ -103,6 +105,7 @@ class TreePlan:
 
     # -- planning ---------------------------------------------------------------
     def _node(self, value: Any, depth: int, path: str) -> Any:
+        """The msgpack-ready node of ``value``: plain leaves and arrays here, containers and the rest below."""
         kind = type(value)
         if value is None or kind is bool or kind is str or kind is bytes:
             return value
@@ -116,27 +119,41 @@ class TreePlan:
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
             raise LimitExceeded(f"tree nested deeper than {TREE_MAX_DEPTH}", field=path, rule="R-LIM-10")
+        container = self._container(value, depth, path)
+        if container is not NOT_HANDLED:
+            return container
+        return self._other(value, depth, path)
+
+    def _container(self, value: Any, depth: int, path: str) -> Any:
+        """The node of a dict, mapping, list or tuple (named or not); NOT_HANDLED for any other value."""
+        kind = type(value)
         if kind is dict:
             return self._dict(value, depth, path)
         if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
             return self._dict(self._plain_mapping(value, path), depth, path)
         if kind is list:
             return [self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value)]
-        if isinstance(value, tuple):
-            fields = getattr(type(value), "_fields", None)
-            if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
-                # An instance of a named tuple subclass may carry attributes of its own: not stored.
-                if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
-                    raise _lost_attributes(value, sorted(vars(value)), path)
-                names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
-                type_name = value.type_name if isinstance(value, NamedTupleValue) else (
-                    f"{type(value).__module__}.{type(value).__qualname__}")
-                body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
-                        for name, item in zip(names, value, strict=True)}
-                return [_MARK[Tag.NAMED_TUPLE], type_name, body]
-            if kind is not tuple and not _is_size(value):
-                raise _lost_subclass(value, path)
-            return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
+        if not isinstance(value, tuple):
+            return NOT_HANDLED
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
+            # An instance of a named tuple subclass may carry attributes of its own: not stored.
+            if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
+                raise _lost_attributes(value, sorted(vars(value)), path)
+            names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
+            type_name = value.type_name if isinstance(value, NamedTupleValue) else (
+                f"{type(value).__module__}.{type(value).__qualname__}")
+            body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
+                    for name, item in zip(names, value, strict=True)}
+            return [_MARK[Tag.NAMED_TUPLE], type_name, body]
+        if kind is not tuple and not _is_size(value):
+            raise _lost_subclass(value, path)
+        return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
+
+    def _other(self, value: Any, depth: int, path: str) -> Any:
+        """The node of a value that is no plain leaf, array or container: complex numbers, array
+        subclasses, PRNG keys, sharded arrays, dtypes, what the converter replaces; else the refusal."""
+        kind = type(value)
         if isinstance(value, (bool, int, float, str, bytes, bytearray, memoryview)):
             # A subclass (an IntEnum, a StrEnum, a bytearray) would come back as the plain type.
             raise _lost_subclass(value, path)
@@ -162,19 +179,7 @@ class TreePlan:
                 raise exc.at(field=path) from None
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            raise UnsupportedValue(
-                f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
-                "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
-                "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
-                field=path, rule="R-WTR-3")
-        if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
-            fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
-                   "saves it with StateDictAdapter, keeping its state whole)")
-        else:
-            fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
-        raise UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
-                               field=path, rule="R-WTR-3")
+        raise _refusal(value, path)
 
     def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
         """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
@@ -312,6 +317,24 @@ class TreePlan:
             return packed
         except UnicodeEncodeError as exc:
             raise UnsupportedValue(f"string is not valid Unicode: {exc.reason}", rule="R-TREE-9") from None
+
+
+def _refusal(value: Any, path: str) -> UnsupportedValue:
+    """R-WTR-3: why ``value`` cannot be stored in a tree, and the fix (a component of its own, an adapter)."""
+    kind = type(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return UnsupportedValue(
+            f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
+            "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
+            "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
+            field=path, rule="R-WTR-3")
+    if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
+               "saves it with StateDictAdapter, keeping its state whole)")
+    else:
+        fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
+    return UnsupportedValue(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
+                            field=path, rule="R-WTR-3")
 
 
 def _is_size(value: tuple[Any, ...]) -> bool:
