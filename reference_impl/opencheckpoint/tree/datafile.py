@@ -141,8 +141,9 @@ class DataFilePlan:
         if self._by_address_mode or len(set(ids)) != len(ids) or not self._by_id.keys().isdisjoint(ids):
             return None
         start = -(-self.size // ALIGNMENT) * ALIGNMENT
-        # Each extent starts at the aligned end of the one before it.
-        offsets = list(accumulate([start, *(-(-size // ALIGNMENT) * ALIGNMENT for size in sizes[:-1])]))
+        # Each extent starts at the aligned end of the one before it (sizes of arrays in memory: int64 holds them).
+        aligned = (np.array(sizes[:-1], dtype=np.int64) + (ALIGNMENT - 1)) // ALIGNMENT * ALIGNMENT
+        offsets = list(accumulate([start, *aligned.tolist()]))
         planned = list(map(_Planned, arrays, offsets, sizes))
         self.extents += planned
         self._by_id.update(zip(ids, planned, strict=True))
@@ -189,7 +190,7 @@ class DataFilePlan:
                 advance(len(view))
 
             extents = self.extents
-            sizes = list(map(_NBYTES, extents))
+            sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
             index = 0
             while index < len(extents):
                 if sizes[index] < _COALESCE_BYTES:
@@ -236,13 +237,15 @@ _ARRAY = attrgetter("array")
 _BUFFER = attrgetter("buffer")
 
 
-def _small_run_end(sizes: list[int], start: int) -> int:
-    """The end of the run of small extents from ``start``: about :data:`_PENDING_BYTES` of them at most."""
-    stop, total = start, 0
-    while stop < len(sizes) and sizes[stop] < _COALESCE_BYTES and total < _PENDING_BYTES:
-        total += sizes[stop]
-        stop += 1
-    return stop
+def _small_run_end(sizes: np.ndarray, start: int) -> int:
+    """The end of the run of small extents from ``start``: about :data:`_PENDING_BYTES` of them at most
+    (the extent that reaches it included)."""
+    # A bounded window (at most 1 MiB of 64-byte slots): where a run is cut changes no byte written.
+    window = sizes[start : start + _PENDING_BYTES // ALIGNMENT + 1]
+    big = np.flatnonzero(window >= _COALESCE_BYTES)
+    stop = int(big[0]) if len(big) else len(window)
+    reach = int(np.searchsorted(np.cumsum(window[:stop]), _PENDING_BYTES))
+    return start + min(stop, reach + 1)
 
 
 def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:

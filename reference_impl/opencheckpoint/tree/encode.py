@@ -225,6 +225,9 @@ class TreePlan:
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
+        if value and _ONLY_NDARRAY.issuperset(map(type, value.values())) and _ONLY_STR.issuperset(map(type, value)):
+            self._array_run(list(value), list(value.values()), out, path)  # a state dict of arrays: one run
+            return out
         keys: list[str] = []
         arrays: list[np.ndarray] = []  # the run of str-keyed arrays met last, planned together
         for key, item in value.items():
@@ -376,6 +379,8 @@ def _plain_run(arrays: list[np.ndarray]) -> tuple[list[str], list[int]] | None:
     """The spec dtype names and byte counts of arrays that :meth:`TreePlan._array` would store as they are
     (known little-endian dtype other than bool, C-contiguous, owning their memory, non-empty, at most
     ARRAY_MAX_NDIM dimensions), checked together; None if any one needs the per-array path."""
+    if not arrays:
+        return None
     dtypes = {id(dtype): dtype for dtype in map(_DTYPE, arrays)}  # a handful of distinct dtype objects
     by_id: dict[int, str] = {}
     for ident, dtype in dtypes.items():
@@ -394,6 +399,8 @@ def _plain_run(arrays: list[np.ndarray]) -> tuple[list[str], list[int]] | None:
     return list(map(by_id.__getitem__, map(id, map(_DTYPE, arrays)))), sizes
 
 
+_ONLY_NDARRAY = frozenset({np.ndarray})
+_ONLY_STR = frozenset({str})
 _DTYPE = attrgetter("dtype")
 _NDIM = attrgetter("ndim")
 _C_CONTIGUOUS = attrgetter("c_contiguous")
