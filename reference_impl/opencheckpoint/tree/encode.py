@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from itertools import repeat
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,6 +33,12 @@ from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH
 from .datafile import DataFilePlan, Writable
 from .nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .plan_runs import DTYPE_NAMES as _DTYPE_NAMES
+from .plan_runs import NODES as _NODES
+from .plan_runs import OFFSET as _OFFSET
+from .plan_runs import SHAPE as _SHAPE
+from .plan_runs import name_of as _name_of
+from .plan_runs import plain_run as _plain_run
 from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
@@ -67,19 +72,6 @@ def _big_int(value: int, path: str) -> bytes:
             f"(two's complement, R-LIM-18); store a larger number as a str or as bytes", field=path,
             rule="R-LIM-18")
     return big_int_bytes(value)
-
-
-#: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
-_DTYPE_NAMES: dict[np.dtype, tuple[str, bool]] = {}
-
-
-def _name_of(dtype: np.dtype) -> tuple[str, bool]:
-    cached = _DTYPE_NAMES.get(dtype)
-    if cached is None:
-        cached = (dtype_name(dtype), dtype.byteorder == ">")
-        if len(_DTYPE_NAMES) < 1024:
-            _DTYPE_NAMES[dtype] = cached
-    return cached
 
 
 class TreePlan:
@@ -269,8 +261,7 @@ class TreePlan:
         names, sizes = named
         nodes = list(map(list, zip(repeat(_MARK_ARRAY), names, map(_SHAPE, arrays), map(_OFFSET, planned), sizes,
                                    repeat(0))))
-        for extent, node in zip(planned, nodes, strict=True):
-            extent.nodes.append(node)
+        deque(map(list.append, map(_NODES, planned), nodes), maxlen=0)  # each extent's one node
         out.update(zip(keys, nodes, strict=True))
 
     def _scalar(self, value: np.generic, path: str) -> list[Any]:
@@ -369,42 +360,8 @@ def _refusal(value: Any, path: str) -> UnsupportedValue:
                             field=path, rule="R-WTR-3")
 
 
-_SHAPE = attrgetter("shape")
-_OFFSET = attrgetter("offset")
-_FLAGS = attrgetter("flags")
-_NBYTES = attrgetter("nbytes")
-
-
-def _plain_run(arrays: list[np.ndarray]) -> tuple[list[str], list[int]] | None:
-    """The spec dtype names and byte counts of arrays that :meth:`TreePlan._array` would store as they are
-    (known little-endian dtype other than bool, C-contiguous, owning their memory, non-empty, at most
-    ARRAY_MAX_NDIM dimensions), checked together; None if any one needs the per-array path."""
-    if not arrays:
-        return None
-    dtypes = {id(dtype): dtype for dtype in map(_DTYPE, arrays)}  # a handful of distinct dtype objects
-    by_id: dict[int, str] = {}
-    for ident, dtype in dtypes.items():
-        try:
-            name, swapped = _name_of(dtype)
-        except CheckpointError:  # not a spec dtype: the per-array path names the array
-            return None
-        if swapped or name == "bool":
-            return None
-        by_id[ident] = name
-    flags = list(map(_FLAGS, arrays))
-    sizes = list(map(_NBYTES, arrays))
-    if (not all(map(_C_CONTIGUOUS, flags)) or not all(map(_OWNDATA, flags)) or not min(sizes)
-            or max(map(_NDIM, arrays)) > ARRAY_MAX_NDIM):
-        return None
-    return list(map(by_id.__getitem__, map(id, map(_DTYPE, arrays)))), sizes
-
-
 _ONLY_NDARRAY = frozenset({np.ndarray})
 _ONLY_STR = frozenset({str})
-_DTYPE = attrgetter("dtype")
-_NDIM = attrgetter("ndim")
-_C_CONTIGUOUS = attrgetter("c_contiguous")
-_OWNDATA = attrgetter("owndata")
 
 
 def _is_size(value: tuple[Any, ...]) -> bool:
