@@ -15,10 +15,17 @@ from typing import Any
 import crc32c as _crc32c_module
 import numpy as np
 
+from .array_runs import BATCH_BYTES as _BATCH_BYTES
+from .array_runs import SMALL_BYTES as _SMALL_BYTES
+from .array_runs import bool_error as _bool_error
+from .array_runs import cached_dtype as _numpy_dtype
+from .array_runs import check_crc as _check_crc
+from .array_runs import read_runs
 from .container.base import FileRegion
 from .dtypes import numpy_dtype
-from .errors import ArrayLayoutError, CheckpointError, ConcurrentModification, IntegrityError
-from .integrity import CHUNK_BYTES, format_crc32c
+from .errors import CheckpointError, ConcurrentModification, IntegrityError
+from .gc_pause import paused_gc
+from .integrity import CHUNK_BYTES
 from .parallel_crc import crc32c_many
 from .tree.decode import empty_array
 from .tree.nodes import ArrayRef
@@ -49,12 +56,6 @@ def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, fi
         _check_bool(target, ref, file)
 
 
-#: Arrays up to this size are read together, many per system call.
-_SMALL_BYTES = 64 << 10
-#: The most bytes one batched read of small arrays covers.
-_BATCH_BYTES = 4 << 20
-
-
 def read_arrays(
     region: FileRegion,
     refs: list[ArrayRef],
@@ -69,7 +70,8 @@ def read_arrays(
     Work and errors follow document order. Runs of small arrays that follow
     each other in the file are read with one ``preadv`` into one buffer and
     each becomes a writeable view of its own bytes in it (a CRC-32C call per
-    array, no copy); bigger arrays are read chunk by chunk into their own
+    array, no copy; without targets or aliases the whole run is checked and
+    built in bulk, :mod:`opencheckpoint.array_runs`); bigger arrays are read chunk by chunk into their own
     memory (:func:`read_verified_into`). Empty arrays get their own array
     per node.
 
@@ -87,6 +89,13 @@ def read_arrays(
     targets being filled (verified or not): the caller fills them later with
     :func:`fill_targets` (phase 2 of a restore across components).
     """
+    if not targets:
+        # Fresh arrays only, extents in file order (what writers produce): runs of small arrays in bulk.
+        with paused_gc():
+            fresh = read_runs(region, refs, file, verify=verify,
+                              single=lambda ref: _single(region, ref, file, verify))
+        if fresh is not None:
+            return fresh
     reads = _ArrayReads(region, file, verify=verify, scratch=bool(verify and targets), deferred=deferred)
     for ref in refs:
         if not ref.nbytes:
@@ -102,6 +111,15 @@ def read_arrays(
     if deferred is None:
         fill_targets(region, reads.deferred, file, verify=verify)
     return reads.by_id
+
+
+def _single(region: FileRegion, ref: ArrayRef, file: str, verify: bool) -> np.ndarray:
+    """A fresh array read alone: an empty one, or one too big for a batch (chunk by chunk)."""
+    if not ref.nbytes:
+        return _empty(ref, file)
+    array = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
+    read_verified_into(region, ref, array, file, verify=verify)
+    return array
 
 
 class _ArrayReads:
@@ -173,9 +191,7 @@ class _ArrayReads:
             self.end = ref.offset + nbytes
             return
         self.flush()
-        array = np.empty(ref.shape, dtype=_numpy_dtype(ref.dtype))
-        read_verified_into(self.region, ref, array, self.file, verify=self.verify)
-        self.by_id[id(ref)] = array
+        self.by_id[id(ref)] = _single(self.region, ref, self.file, self.verify)
 
 
 def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]], file: str, *,
@@ -284,16 +300,6 @@ def match_targets(node: Any, live: Any, out: dict[int, np.ndarray]) -> None:
             match_targets(child, live_child, out)
 
 
-_DTYPE_CACHE: dict[str, np.dtype] = {}
-
-
-def _numpy_dtype(name: str) -> np.dtype:
-    dtype = _DTYPE_CACHE.get(name)
-    if dtype is None:
-        dtype = _DTYPE_CACHE[name] = numpy_dtype(name)
-    return dtype
-
-
 def verified_copy(view: np.ndarray, ref: ArrayRef, file: str) -> np.ndarray:
     """A private, read-only copy of an array's bytes, checked after copying (R-ARR-14, R-ARR-13).
 
@@ -343,21 +349,9 @@ def check_views(views: Sequence[tuple[np.ndarray, ArrayRef]], file: str) -> list
 _NO_BYTES = np.empty(0, dtype=np.uint8)
 
 
-def _check_crc(crc: int, ref: ArrayRef, file: str) -> None:
-    if crc != ref.crc32c:
-        raise IntegrityError(
-            f"array crc32c mismatch: stored {format_crc32c(ref.crc32c)}, computed {format_crc32c(crc)}",
-            file=file, field=ref.path, rule="R-ARR-14")
-
-
 def _check_bool(array: np.ndarray, ref: ArrayRef, file: str) -> None:
     if ref.dtype == "bool" and ref.nbytes and array.reshape(-1).view(np.uint8).max() > 1:
         raise _bool_error(ref, file)
-
-
-def _bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
-    return ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
-                            rule="R-ARR-13")
 
 
 class ArrayHandle:

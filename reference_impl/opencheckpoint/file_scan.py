@@ -27,7 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .arrays import _bool_error, _check_crc, array_view, verify_view
+from .array_runs import bool_error as _bool_error
+from .array_runs import check_crc as _check_crc
+from .arrays import array_view, verify_view
 from .errors import CheckpointError
 from .integrity import crc32c_of, new_sha256
 from .tree.layout import padding_error, padding_gaps

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import accumulate, chain
+from operator import add, attrgetter, sub
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -110,9 +112,12 @@ class DataFilePlan:
         self._by_id: dict[int, _Planned] = {}
         self._by_address_mode = False
 
-    def extent_for(self, array: np.ndarray, nbytes: int) -> _Planned:
-        """The extent holding ``array`` (C-contiguous, ``nbytes > 0``): an earlier one it aliases, or a new one."""
-        if array.flags.owndata and not self._by_address_mode:
+    def extent_for(self, array: np.ndarray, nbytes: int, owndata: bool | None = None) -> _Planned:
+        """The extent holding ``array`` (C-contiguous, ``nbytes > 0``): an earlier one it aliases, or a new one.
+
+        ``owndata``: ``array.flags.owndata`` when the caller has the flags already.
+        """
+        if (array.flags.owndata if owndata is None else owndata) and not self._by_address_mode:
             planned = self._by_id.get(id(array))
             if planned is None:
                 planned = self._by_id[id(array)] = self._new_extent(array, nbytes)
@@ -125,6 +130,24 @@ class DataFilePlan:
         planned = self._by_address.get(address)
         if planned is None:
             planned = self._by_address[address] = self._new_extent(array, nbytes)
+        return planned
+
+    def new_extents(self, arrays: list[np.ndarray], sizes: list[int]) -> list[_Planned] | None:
+        """New extents, in order, for distinct arrays that own their memory (C-contiguous, ``nbytes > 0``);
+        None when one of them may alias an extent (keyed by address already, or planned before): the caller
+        then asks :meth:`extent_for` one array at a time. The offsets are those :meth:`extent_for` gives.
+        """
+        ids = list(map(id, arrays))
+        if self._by_address_mode or len(set(ids)) != len(ids) or not self._by_id.keys().isdisjoint(ids):
+            return None
+        start = -(-self.size // ALIGNMENT) * ALIGNMENT
+        # Each extent starts at the aligned end of the one before it (sizes of arrays in memory: int64 holds them).
+        aligned = (np.array(sizes[:-1], dtype=np.int64) + (ALIGNMENT - 1)) // ALIGNMENT * ALIGNMENT
+        offsets = list(accumulate([start, *aligned.tolist()]))
+        planned = list(map(_Planned, arrays, offsets, sizes))
+        self.extents += planned
+        self._by_id.update(zip(ids, planned, strict=True))
+        self.size = offsets[-1] + sizes[-1]
         return planned
 
     def _new_extent(self, array: np.ndarray, nbytes: int) -> _Planned:
@@ -166,33 +189,39 @@ class DataFilePlan:
                     digest.update(chunk)
                 advance(len(view))
 
-            for extent in self.extents:
-                padding = extent.offset - position
-                if padding:
-                    pending += _ZEROS[:padding]
-                buffer = extent.buffer
-                if extent.nbytes < _COALESCE_BYTES:
-                    # The file CRC of gathered bytes is computed over the whole buffer when it is
-                    # written (one call), not combined per array.
-                    crc = _crc32c(buffer)
-                    pending += buffer
+            extents = self.extents
+            sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
+            index = 0
+            while index < len(extents):
+                if sizes[index] < _COALESCE_BYTES:
+                    # A run of small arrays gathered into one buffer, checked in bulk (_gather); the file
+                    # CRC of gathered bytes is computed over the whole buffer when it is written (one call).
+                    stop = _small_run_end(sizes, index)
+                    position = _gather(extents[index:stop], position, pending)
+                    index = stop
                     if len(pending) >= _PENDING_BYTES:
                         file_crc = _crc32c(pending, file_crc)
                         emit(pending)
                         pending = bytearray()
+                    continue
+                extent = extents[index]
+                index += 1
+                padding = extent.offset - position
+                if padding:
+                    pending += _ZEROS[:padding]
+                if pending:
+                    file_crc = _crc32c(pending, file_crc)
+                    emit(pending)
+                    pending = bytearray()
+                buffer = extent.buffer
+                future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
+                if future is not None:
+                    emit(buffer)
+                    crc = future.result()
                 else:
-                    if pending:
-                        file_crc = _crc32c(pending, file_crc)
-                        emit(pending)
-                        pending = bytearray()
-                    future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
-                    if future is not None:
-                        emit(buffer)
-                        crc = future.result()
-                    else:
-                        crc = _crc32c(buffer)
-                        emit(buffer)
-                    file_crc = _combine(file_crc, crc, extent.nbytes)
+                    crc = _crc32c(buffer)
+                    emit(buffer)
+                file_crc = _combine(file_crc, crc, extent.nbytes)
                 for node in extent.nodes:
                     node[5] = crc
                 position = extent.offset + extent.nbytes
@@ -200,3 +229,47 @@ class DataFilePlan:
                 file_crc = _crc32c(pending, file_crc)
                 emit(pending)
         return file_entry(position, file_crc, digest)
+
+
+_NBYTES = attrgetter("nbytes")
+_OFFSET = attrgetter("offset")
+_ARRAY = attrgetter("array")
+_BUFFER = attrgetter("buffer")
+
+
+def _small_run_end(sizes: np.ndarray, start: int) -> int:
+    """The end of the run of small extents from ``start``: about :data:`_PENDING_BYTES` of them at most
+    (the extent that reaches it included)."""
+    # A bounded window (at most 1 MiB of 64-byte slots): where a run is cut changes no byte written.
+    window = sizes[start : start + _PENDING_BYTES // ALIGNMENT + 1]
+    big = np.flatnonzero(window >= _COALESCE_BYTES)
+    stop = int(big[0]) if len(big) else len(window)
+    reach = int(np.searchsorted(np.cumsum(window[:stop]), _PENDING_BYTES))
+    return start + min(stop, reach + 1)
+
+
+def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:
+    """Append a run of small extents (each after its zero padding) to ``pending``; store each extent's
+    CRC-32C in its nodes; return the file position after the run.
+
+    One ``map`` of the CRC call and one ``join`` over the run's arrays (any C-contiguous array is a
+    buffer of its bytes), instead of a dozen Python steps per array.
+    """
+    arrays: list[Any] = list(map(_ARRAY, run))
+    try:
+        crcs = list(map(_crc32c, arrays))
+    except (TypeError, ValueError, BufferError):  # an array without a plain buffer: through a uint8 view
+        arrays = list(map(_BUFFER, run))
+        crcs = list(map(_crc32c, arrays))
+    offsets = list(map(_OFFSET, run))
+    ends = list(map(add, offsets, map(_NBYTES, run)))
+    pads = list(map(sub, offsets, [position, *ends[:-1]]))
+    if any(pads):  # each array after its zero padding
+        pending += b"".join(chain.from_iterable(zip(map(_ZEROS.__getitem__, map(slice, pads)), arrays, strict=True)))
+    else:
+        pending += b"".join(arrays)
+    for extent, crc in zip(run, crcs, strict=True):
+        for node in extent.nodes:
+            node[5] = crc
+    end: int = ends[-1]
+    return end

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gc_pause import paused_gc
 from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
@@ -48,16 +49,17 @@ def decode_tree(data: bytes, *, understood_tags: Collection[int] = (), format_ve
     errors are those of the exact parser.
     """
     data = bytes(data)
-    if not understood_tags:
-        try:
-            return fast_decode(data)
-        except _Doubt as doubt:
-            # The instance is shared: its traceback would keep this call's frames, and through
-            # them the caller's decoded trees, alive until the next doubt.
-            doubt.__traceback__ = None
-    # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
-    return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
-                        kind_version=kind_version)
+    with paused_gc():  # one object per byte or so, none of them garbage (gc_pause)
+        if not understood_tags:
+            try:
+                return fast_decode(data)
+            except _Doubt as doubt:
+                # The instance is shared: its traceback would keep this call's frames, and through
+                # them the caller's decoded trees, alive until the next doubt.
+                doubt.__traceback__ = None
+        # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
+        return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
+                            kind_version=kind_version)
 
 
 def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -95,13 +97,20 @@ def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
     """Replace every placeholder (ArrayRef, ShardedArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``."""
     kind = type(value)
     if kind is dict:
-        return {k: materialize(v, leaf) for k, v in value.items()}
+        # Placeholders and plain leaves inline: a dict of 20,000 arrays costs no call per value but leaf's.
+        return {k: leaf(v) if type(v) in _PLACEHOLDERS else materialize(v, leaf) if type(v) in _NESTED else v
+                for k, v in value.items()}
     if kind is list:
         return [materialize(v, leaf) for v in value]
     if kind is tuple:
         return tuple(materialize(v, leaf) for v in value)
     if isinstance(value, NamedTupleValue):
         return NamedTupleValue(value.type_name, {k: materialize(v, leaf) for k, v in value._asdict().items()})
-    if kind in (ArrayRef, ShardedArrayRef, PRNGKeyValue, DtypeValue):
+    if kind in _PLACEHOLDERS:
         return leaf(value)
     return value
+
+
+_PLACEHOLDERS = frozenset({ArrayRef, ShardedArrayRef, PRNGKeyValue, DtypeValue})
+#: Types whose values :func:`materialize` walks (a decoded tree holds these exact types, no subclasses).
+_NESTED = frozenset({dict, list, tuple, NamedTupleValue})

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,12 +28,19 @@ import numpy as np
 
 from ..dtypes import canonical_bools, dtype_name
 from ..errors import CheckpointError, UnsupportedValue
+from ..gc_pause import paused_gc
 from ..integrity import crc32c_of, file_entry, new_sha256
 from ..limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
 from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .plan_runs import DTYPE_NAMES as _DTYPE_NAMES
+from .plan_runs import NODES as _NODES
+from .plan_runs import OFFSET as _OFFSET
+from .plan_runs import SHAPE as _SHAPE
+from .plan_runs import name_of as _name_of
+from .plan_runs import plain_run as _plain_run
 from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
@@ -67,19 +75,6 @@ def _big_int(value: int, path: str) -> bytes:
     return big_int_bytes(value)
 
 
-#: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
-_DTYPE_NAMES: dict[np.dtype, tuple[str, bool]] = {}
-
-
-def _name_of(dtype: np.dtype) -> tuple[str, bool]:
-    cached = _DTYPE_NAMES.get(dtype)
-    if cached is None:
-        cached = (dtype_name(dtype), dtype.byteorder == ">")
-        if len(_DTYPE_NAMES) < 1024:
-            _DTYPE_NAMES[dtype] = cached
-    return cached
-
-
 class TreePlan:
     """The msgpack-ready node structure of a value and the arrays to write, with offsets."""
 
@@ -90,7 +85,8 @@ class TreePlan:
         self.data = DataFilePlan()
         #: This rank's shard data file and tag-10 nodes; None until the tree holds a :class:`ShardedValue`.
         self.shards: ShardPlan | None = None
-        self.root = self._node(value, 0, "$")
+        with paused_gc():  # a node list per array, none of them garbage (gc_pause)
+            self.root = self._node(value, 0, "$")
 
     @property
     def extents(self) -> list[Any]:
@@ -104,6 +100,7 @@ class TreePlan:
 
     # -- planning ---------------------------------------------------------------
     def _node(self, value: Any, depth: int, path: str) -> Any:
+        """The msgpack-ready node of ``value``: plain leaves and arrays here, containers and the rest below."""
         kind = type(value)
         if value is None or kind is bool or kind is str or kind is bytes:
             return value
@@ -117,27 +114,41 @@ class TreePlan:
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
             raise required(TREE.check("R-LIM-10", path, depth + 1))
+        container = self._container(value, depth, path)
+        if container is not NOT_HANDLED:
+            return container
+        return self._other(value, depth, path)
+
+    def _container(self, value: Any, depth: int, path: str) -> Any:
+        """The node of a dict, mapping, list or tuple (named or not); NOT_HANDLED for any other value."""
+        kind = type(value)
         if kind is dict:
             return self._dict(value, depth, path)
         if isinstance(value, dict) or (isinstance(value, Mapping) and not hasattr(value, "state_dict")):
             return self._dict(self._plain_mapping(value, path), depth, path)
         if kind is list:
             return [self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value)]
-        if isinstance(value, tuple):
-            fields = getattr(type(value), "_fields", None)
-            if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
-                # An instance of a named tuple subclass may carry attributes of its own: not stored.
-                if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
-                    raise _lost_attributes(value, sorted(vars(value)), path)
-                names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
-                type_name = value.type_name if isinstance(value, NamedTupleValue) else (
-                    f"{type(value).__module__}.{type(value).__qualname__}")
-                body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
-                        for name, item in zip(names, value, strict=True)}
-                return [_MARK[Tag.NAMED_TUPLE], type_name, body]
-            if kind is not tuple and not _is_size(value):
-                raise _lost_subclass(value, path)
-            return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
+        if not isinstance(value, tuple):
+            return NOT_HANDLED
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, NamedTupleValue) or isinstance(fields, tuple):
+            # An instance of a named tuple subclass may carry attributes of its own: not stored.
+            if not isinstance(value, NamedTupleValue) and getattr(value, "__dict__", None):
+                raise _lost_attributes(value, sorted(vars(value)), path)
+            names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
+            type_name = value.type_name if isinstance(value, NamedTupleValue) else (
+                f"{type(value).__module__}.{type(value).__qualname__}")
+            body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
+                    for name, item in zip(names, value, strict=True)}
+            return [_MARK[Tag.NAMED_TUPLE], type_name, body]
+        if kind is not tuple and not _is_size(value):
+            raise _lost_subclass(value, path)
+        return [_MARK[Tag.TUPLE], *(self._node(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))]
+
+    def _other(self, value: Any, depth: int, path: str) -> Any:
+        """The node of a value that is no plain leaf, array or container: complex numbers, array
+        subclasses, PRNG keys, sharded arrays, dtypes, what the converter replaces; else the refusal."""
+        kind = type(value)
         if isinstance(value, (bool, int, float, str, bytes, bytearray, memoryview)):
             # A subclass (an IntEnum, a StrEnum, a bytearray) would come back as the plain type.
             raise _lost_subclass(value, path)
@@ -163,19 +174,7 @@ class TreePlan:
                 raise exc.at(field=path) from None
             if replacement is not NOT_HANDLED:
                 return self._node(replacement, depth, path)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            raise refuse(
-                f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
-                "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
-                "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
-                field=path)
-        if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
-            fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
-                   "saves it with StateDictAdapter, keeping its state whole)")
-        else:
-            fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
-        raise refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})",
-                               field=path)
+        raise _refusal(value, path)
 
     def _sharded(self, value: ShardedValue, path: str) -> list[Any]:
         """The tag-10 node of a sharded array; its shards go to this rank's shard data file."""
@@ -218,15 +217,19 @@ class TreePlan:
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
+        if value and _ONLY_NDARRAY.issuperset(map(type, value.values())) and _ONLY_STR.issuperset(map(type, value)):
+            self._array_run(list(value), list(value.values()), out, path)  # a state dict of arrays: one run
+            return out
+        keys: list[str] = []
+        arrays: list[np.ndarray] = []  # the run of str-keyed arrays met last, planned together
         for key, item in value.items():
             if type(key) is str and type(item) is np.ndarray:
-                # The common leaf: its path is built only when an error needs it (the checks
-                # that raise run before anything is planned, so running again is harmless).
-                try:
-                    out[key] = self._array(item, "")
-                except CheckpointError:
-                    out[key] = self._array(item, f"{path}.{key}")
+                keys.append(key)
+                arrays.append(item)
                 continue
+            if keys:
+                self._array_run(keys, arrays, out, path)
+                keys, arrays = [], []
             # Exact types only: an enum key would come back as the plain str or int (R-WTR-8).
             if type(key) is str or (type(key) is int and INT_MIN <= key <= INT_MAX):
                 key_path = f"{path}.{key}" if type(key) is str else f"{path}[{key}]"
@@ -236,7 +239,29 @@ class TreePlan:
                     "R-TREE-10", path, False, f"dict key {key!r} ({type(key).__name__})",
                     " of 64 bits (a subclass such as an enum would come back as the plain type: use str(key) or "
                     "int(key))", reported_as=UnsupportedValue))
+        if keys:
+            self._array_run(keys, arrays, out, path)
         return out
+
+    def _array_run(self, keys: list[str], arrays: list[np.ndarray], out: dict[Any, Any], path: str) -> None:
+        """Plan consecutive dict values that are arrays, in order: in one step when every one is a plain
+        distinct array that owns its memory (:func:`_plain_run`), else one at a time (:meth:`_array`)."""
+        named = _plain_run(arrays)
+        planned = self.data.new_extents(arrays, named[1]) if named is not None else None
+        if named is None or planned is None:
+            for key, item in zip(keys, arrays, strict=True):
+                # The common leaf: its path is built only when an error needs it (the checks
+                # that raise run before anything is planned, so running again is harmless).
+                try:
+                    out[key] = self._array(item, "")
+                except CheckpointError:
+                    out[key] = self._array(item, f"{path}.{key}")
+            return
+        names, sizes = named
+        nodes = list(map(list, zip(repeat(_MARK_ARRAY), names, map(_SHAPE, arrays), map(_OFFSET, planned), sizes,
+                                   repeat(0))))
+        deque(map(list.append, map(_NODES, planned), nodes), maxlen=0)  # each extent's one node
+        out.update(zip(keys, nodes, strict=True))
 
     def _scalar(self, value: np.generic, path: str) -> list[Any]:
         name = dtype_name(value.dtype)
@@ -251,10 +276,13 @@ class TreePlan:
         return [_MARK[Tag.PRNG_KEY], value.impl, self._array(data, path + ".data")]
 
     def _array(self, array: np.ndarray, path: str) -> list[Any]:
-        try:
-            name, swapped = _name_of(array.dtype)
-        except CheckpointError as exc:
-            raise exc.at(field=path) from None
+        cached = _DTYPE_NAMES.get(array.dtype)  # inlined: one call less per array (20,000 tiny arrays)
+        if cached is None:
+            try:
+                cached = _name_of(array.dtype)
+            except CheckpointError as exc:
+                raise exc.at(field=path) from None
+        name, swapped = cached
         if array.ndim > ARRAY_MAX_NDIM:  # tested inline: an array within the limit costs no call
             raise required(TREE.check("R-LIM-13", path, array.ndim))
         if swapped:
@@ -271,7 +299,7 @@ class TreePlan:
         node: list[Any] = [_MARK_ARRAY, name, array.shape, 0, nbytes, 0]
         if nbytes == 0:
             return node
-        planned = self.data.extent_for(array, nbytes)
+        planned = self.data.extent_for(array, nbytes, flags.owndata)
         node[3] = planned.offset
         planned.nodes.append(node)
         return node
@@ -307,6 +335,27 @@ class TreePlan:
             return packed
         except UnicodeEncodeError as exc:
             raise required(TREE.check("R-TREE-9", None, exc, reported_as=UnsupportedValue)) from None
+
+
+def _refusal(value: Any, path: str) -> UnsupportedValue:
+    """R-WTR-3: why ``value`` cannot be stored in a tree, and the fix (a component of its own, an adapter)."""
+    kind = type(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return refuse(
+            f"cannot store the dataclass {kind.__module__}.{kind.__qualname__} inside a tree: its type would "
+            "not come back. Make it a component of its own (Checkpoint(config=value) restores its fields "
+            "into a live instance with DataclassAdapter), or store dataclasses.asdict(value)",
+            field=path)
+    if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        fix = ("it has state_dict()/load_state_dict(): make it a component of its own (Checkpoint(name=value) "
+               "saves it with StateDictAdapter, keeping its state whole)")
+    else:
+        fix = "register an adapter or convert it to arrays, dicts, lists and scalars"
+    return refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree ({fix})", field=path)
+
+
+_ONLY_NDARRAY = frozenset({np.ndarray})
+_ONLY_STR = frozenset({str})
 
 
 def _is_size(value: tuple[Any, ...]) -> bool:

@@ -7,6 +7,7 @@ accept with the same result, and raises :class:`_Doubt` on anything else;
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -34,9 +35,10 @@ _EMPTY_EXT = {code: _ExtType(code, b"") for code in range(128)}
 _ARRAY_MARKER = _EMPTY_EXT[int(Tag.ARRAY)]
 
 
-def _ext_hook(code: int, data: bytes) -> Any:  # an msgpack.ExtType (msgpack has no type information)
-    marker = _EMPTY_EXT.get(code) if not data else None
-    return marker if marker is not None else _ExtType(code, data)  # negative codes raise: a doubt
+#: The C decoder's ext hook: ``code -> its shared marker``, a C call instead of a Python one per node. An
+#: ext object with a payload (or an unknown code) comes back as the marker (or as the payload bytes),
+#: so the document no longer re-packs to the same bytes: the canonical check makes it a doubt.
+_ext_hook = _EMPTY_EXT.get
 
 
 def fast_decode(data: bytes) -> DecodedTree:
@@ -73,17 +75,22 @@ def fast_decode(data: bytes) -> DecodedTree:
         raise _DOUBT
     walk = _FastWalk()
     root = walk.value(parsed, 0, ROOT)
+    walk.resolve()
     return DecodedTree(root, walk.arrays, walk.placeholders)
 
 
 class _FastWalk:
     """Node rules over already-parsed msgpack values (see :func:`fast_decode`)."""
 
-    __slots__ = ("arrays", "placeholders")
+    __slots__ = ("arrays", "placeholders", "pending")
 
     def __init__(self) -> None:
         self.arrays: list[ArrayRef] = []
         self.placeholders = False
+        #: Array nodes met as a dict value or a list item, not checked yet: (container, key, parent
+        #: path, node). :meth:`resolve` checks them column by column and puts an :class:`ArrayRef` in
+        #: their place; it runs before any other array node is added, so ``arrays`` keeps document order.
+        self.pending: list[tuple[Any, Any, TreePath, list[Any]]] = []
 
     def value(self, obj: Any, depth: int, path: TreePath) -> Any:
         """The node for ``obj``. Lists and dicts are the decoder's own objects, their children
@@ -102,7 +109,9 @@ class _FastWalk:
                 item_kind = type(item)
                 # A path node only for what can hold an array or fail: plain leaves need none.
                 if item_kind is list and len(item) == 6 and item[0] is _ARRAY_MARKER:
-                    out[key] = self.array_node(item, depth + 1, path.child(key))  # the common leaf, inlined
+                    if depth + 2 > TREE_MAX_DEPTH:  # the common leaf: checked later, in bulk (resolve)
+                        raise _DOUBT
+                    self.pending.append((out, key, path, item))
                 elif item_kind is list or item_kind is dict:
                     out[key] = self.value(item, depth, path.child(key))
                 elif item_kind not in _PLAIN:
@@ -115,7 +124,10 @@ class _FastWalk:
             if obj and type(obj[0]) is _ExtType:
                 return self.tagged(obj, depth, path)
             for i, item in enumerate(obj):
-                if type(item) not in _PLAIN:  # plain leaves are nodes as they are
+                item_kind = type(item)
+                if item_kind is list and len(item) == 6 and item[0] is _ARRAY_MARKER and depth + 2 <= TREE_MAX_DEPTH:
+                    self.pending.append((obj, i, path, item))
+                elif item_kind not in _PLAIN:  # plain leaves are nodes as they are
                     obj[i] = self.value(item, depth, path.child(i))
             return obj
         if kind in _PLAIN:
@@ -181,7 +193,41 @@ class _FastWalk:
         self.placeholders = True
         return DtypeValue(first)
 
+    def resolve(self) -> None:
+        """Check every pending array node under :meth:`array_node`'s rules, column by column, and put
+        its :class:`ArrayRef` in its place.
+
+        One pass of C-level ``map``/``min``/set operations per field instead of a dozen Python
+        checks per node: the checks are the same (any failure is a doubt), only batched.
+        """
+        pending = self.pending
+        if not pending:
+            return
+        containers, keys, parents, nodes = zip(*pending, strict=True)
+        _, names, shapes, offsets, nbytes, crcs = zip(*nodes, strict=True)
+        try:
+            if not _DTYPE_NAMES.issuperset(names):  # an unhashable name raises TypeError: a doubt too
+                raise _DOUBT
+        except TypeError:
+            raise _DOUBT from None
+        if not _ONLY_LIST.issuperset(map(type, shapes)):
+            raise _DOUBT
+        dims = list(chain.from_iterable(shapes))
+        for column in (offsets, nbytes, crcs, dims):
+            # Exact ints only (a bool is an int to isinstance, never a field of an array node).
+            if not _ONLY_INT.issuperset(map(type, column)) or (column and min(column) < 0):
+                raise _DOUBT
+        if max(crcs) > 0xFFFFFFFF:
+            raise _DOUBT
+        refs = list(map(ArrayRef, names, map(tuple, shapes), offsets, nbytes, crcs, map(TreePath, parents, keys)))
+        for container, key, ref in zip(containers, keys, refs, strict=True):
+            container[key] = ref
+        self.arrays += refs
+        self.placeholders = True
+        pending.clear()
+
     def array_node(self, obj: list[Any], depth: int, path: TreePath) -> ArrayRef:
+        self.resolve()  # the nodes met before this one come first in ``arrays``
         _, name, shape, offset, nbytes, crc = obj
         if (type(name) is not str or type(shape) is not list or type(offset) is not int or type(nbytes) is not int
                 or type(crc) is not int or offset < 0 or nbytes < 0 or not 0 <= crc <= 0xFFFFFFFF
@@ -198,3 +244,6 @@ class _FastWalk:
 
 #: Leaf types the C decoder yields that are nodes as they are.
 _PLAIN = frozenset({int, str, float, bytes, bool, type(None)})
+_DTYPE_NAMES = frozenset(DTYPES)
+_ONLY_INT = frozenset({int})
+_ONLY_LIST = frozenset({list})

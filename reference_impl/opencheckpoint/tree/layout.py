@@ -19,6 +19,8 @@ opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $.b: offset 32 is not 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
+from operator import attrgetter, mul
 
 import numpy as np
 
@@ -110,40 +112,68 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.
 
 
 def layout_is_valid(arrays: Sequence[ArrayRef], file_size: int) -> bool:
-    """One pass that is True only for a valid layout whose extents come in file order (what writers do).
+    """True only for a valid layout whose new extents come in file order (what writers do), checked
+    column by column with NumPy (a document of 20,000 tiny arrays takes no Python step per array).
 
     False means "not shown valid here": :func:`layout_errors` then decides.
     Sound because for ``nbytes == shape product x itemsize > 0`` every
     dimension and every running product is at most ``nbytes`` (all dims
     are >= 1), so ``nbytes < 2**63`` implies R-LIM-14 .. R-LIM-16; empty
-    arrays take the full per-array limit check.
+    arrays take the full per-array limit check. Identical extents (aliases)
+    must agree on the checksum (R-ARR-10); every other extent starts at or
+    after the end of the extent before it in document order (R-ARR-9), and
+    the last ends the file (R-ARR-11).
     """
-    end = 0
-    seen: dict[tuple[int, int], int] = {}
-    for ref in arrays:
-        shape = ref.shape
-        nbytes = ref.nbytes
-        if len(shape) > ARRAY_MAX_NDIM:
+    if not arrays:
+        return file_size == 0
+    shapes = list(map(_SHAPE, arrays))
+    if max(map(len, shapes)) > ARRAY_MAX_NDIM:
+        return False
+    nbytes = list(map(_NBYTES, arrays))
+    # Exact Python ints: a product reaching 2**63 cannot wrap around.
+    if list(map(mul, map(_ITEMSIZES.__getitem__, map(_DTYPE, arrays)), map(prod, shapes))) != nbytes:
+        return False
+    offsets = list(map(_OFFSET, arrays))
+    if max(nbytes) >= _LIMIT or max(offsets) >= _LIMIT or min(offsets) < 0:
+        return False
+    offset = np.array(offsets, dtype=np.uint64)  # < 2**63 each: offset + nbytes fits
+    size = np.array(nbytes, dtype=np.uint64)
+    crc = np.array(list(map(_CRC, arrays)), dtype=np.uint64)
+    if (offset % ALIGNMENT).any():
+        return False
+    empty = size == 0
+    if empty.any():
+        if (offset[empty] | crc[empty]).any():
             return False
-        expected = DTYPES[ref.dtype][0]
-        for dim in shape:
-            expected *= dim
-        if expected != nbytes or nbytes >= _LIMIT or ref.offset % ALIGNMENT:
+        if any(limit_error(ref) is not None for ref, is_empty in zip(arrays, empty.tolist(), strict=True)
+               if is_empty):
             return False
-        if not nbytes:
-            if ref.offset or ref.crc32c or limit_error(ref) is not None:
-                return False
-            continue
-        key = (ref.offset, nbytes)
-        first_crc = seen.get(key)
-        if first_crc is None:
-            if ref.offset < end:  # out of file order, or an overlap: the full check sorts it out
-                return False
-            seen[key] = ref.crc32c
-            end = ref.offset + nbytes
-        elif first_crc != ref.crc32c:
+        keep = ~empty
+        offset, size, crc = offset[keep], size[keep], crc[keep]
+    if not len(offset):
+        return file_size == 0
+    end = offset + size
+    if not (offset[1:] >= end[:-1]).all():
+        # Aliases, or extents out of file order: keep each extent's first node and check the rest
+        # agree with it; the first nodes must then come in file order.
+        _, first, group = np.unique(np.stack([offset, size], axis=1), axis=0, return_index=True,
+                                    return_inverse=True)
+        if (crc != crc[first][group.reshape(-1)]).any():
             return False
-    return end == file_size
+        firsts = np.sort(first)
+        offset, end = offset[firsts], end[firsts]
+        if not (offset[1:] >= end[:-1]).all():
+            return False
+    return int(end[-1]) == file_size
+
+
+_SHAPE = attrgetter("shape")
+_NBYTES = attrgetter("nbytes")
+_OFFSET = attrgetter("offset")
+_CRC = attrgetter("crc32c")
+_DTYPE = attrgetter("dtype")
+#: Bytes per element of each dtype name.
+_ITEMSIZES = {name: entry[0] for name, entry in DTYPES.items()}
 
 
 def check_layout(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.bin") -> None:

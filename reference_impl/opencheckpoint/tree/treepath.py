@@ -49,25 +49,42 @@ def segment(key: str | int) -> str:
 
 
 class TreePath:
-    """One node's path: its parent's path plus one key. ``str()`` renders it, clipped."""
+    """One node's path: its parent's path plus one key. ``str()`` renders it, clipped.
 
-    __slots__ = ("key", "length", "parent", "text")
+    Construction stores the two references only: a reader builds one path per array node of a
+    document (20,000 for a model of tiny arrays), and most are never rendered, so the segment text
+    and the rendered length are computed when first needed (a message, a hash, a comparison).
+    """
 
-    def __init__(self, parent: TreePath | None, key: str | int, text: str) -> None:
+    __slots__ = ("key", "parent", "_length")
+
+    def __init__(self, parent: TreePath | None, key: str | int, text: str | None = None) -> None:
         self.parent = parent
         self.key = key
-        #: The rendered segment, kept only where it is short (a long key is rendered again on demand).
-        self.text: str | None = text if len(text) <= 64 else None
-        #: Characters of the whole rendered path (what ``str`` would give without clipping).
-        self.length: int = (parent.length if parent is not None else 0) + len(text)
+        #: Characters of the whole rendered path; -1 until first asked for (``text`` given: known now).
+        self._length = -1 if text is None else (parent.length if parent is not None else 0) + len(text)
+
+    @property
+    def length(self) -> int:
+        """Characters of the whole rendered path (what ``str`` would give without clipping)."""
+        if self._length < 0:
+            # Iterative: a deep chain of paths none of which was measured yet must not recurse.
+            chain: list[TreePath] = []
+            node: TreePath | None = self
+            while node is not None and node._length < 0:
+                chain.append(node)
+                node = node.parent
+            total = node._length if node is not None else 0
+            for item in reversed(chain):
+                total += len(item._segment())
+                item._length = total
+        return self._length
 
     def child(self, key: str | int) -> TreePath:
         """The path of entry ``key`` (a map key, or an array or tuple index) below this node."""
-        return TreePath(self, key, segment(key))
+        return TreePath(self, key)
 
     def _segment(self) -> str:
-        if self.text is not None:
-            return self.text
         return "$" if self.parent is None else segment(self.key)
 
     def __str__(self) -> str:
