@@ -108,3 +108,28 @@ def test_opaque_component_corruption_is_not_a_finding(fuzz: ModuleType, tmp_path
     path = fuzz.write_input(tmp_path / "in", "directory", files)
     # validate() may list the R-CMP-19 version error first; either way it is an error class, not a finding
     assert fuzz.run_input(path, []) in ("IntegrityError", "UnsupportedVersion")
+
+
+def test_an_unread_replica_corrupt_is_not_a_finding(fuzz: ModuleType, tmp_path: Path) -> None:
+    """A reader reads one replica of a region (R-SHD-10) and need not open the other; only validate()
+    checks the other's bytes: the oracle must accept that (a false positive of a campaign on v2 seeds)."""
+    from opencheckpoint import open_checkpoint
+
+    files = dict(next(c for case, form, c in fuzz.load_seeds()
+                      if case == "sharded-replicated-region" and form == "directory"))
+    seed = fuzz.write_input(tmp_path / "seed", "directory", files)
+    with open_checkpoint(seed) as reader:
+        name = next(iter(reader.components))
+        shards = [s for a in reader.decoded_tree(name)[0].sharded for s in a.shards]
+    regions = [(s.start, s.size) for s in shards]
+    replicas = [s for s in shards if regions.count((s.start, s.size)) > 1]
+    assert len(replicas) >= 2
+    for shard in replicas:  # corrupt each replica in turn: whichever one the reader reads, no finding
+        mutated = dict(files)
+        rel = next(r for r in files if r.endswith(shard.file))
+        data = bytearray(mutated[rel])
+        data[shard.offset] ^= 0xFF
+        mutated[rel] = bytes(data)
+        assert fuzz.fix_entry(mutated, rel)
+        path = fuzz.write_input(tmp_path / f"in-{shard.offset}-{shard.file.replace('/', '-')}", "directory", mutated)
+        assert fuzz.run_input(path, []) in ("IntegrityError", "ArrayLayoutError")
