@@ -11,6 +11,7 @@ and nothing of the library replaces or deletes it. An empty directory holds
 nothing to lose: a save may replace it.
 
 >>> import tempfile, pathlib
+>>> from opencheckpoint.errors import TargetExists
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (folder / "thesis.tex").write_text("chapter 1")
 >>> try:

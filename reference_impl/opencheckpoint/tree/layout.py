@@ -7,9 +7,7 @@ R-ARR-10 (overlaps; identical extents are aliases and must agree on the
 checksum), then R-ARR-11 (the extents end exactly at the end of the file).
 Zero padding (R-ARR-12) is checked by :func:`check_padding` (``validate``).
 
->>> from ..rules import required
-from ..rules.tree import TREE
-from .nodes import ArrayRef
+>>> from .nodes import ArrayRef
 >>> check_layout([ArrayRef("float32", (2,), 0, 8, 1, "$.a"), ArrayRef("float32", (2,), 32, 8, 2, "$.b")], 40)
 Traceback (most recent call last):
 ...
