@@ -17,24 +17,15 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, parallel_crc  # noqa: E402
+from crc_passes import count_parallel_passes  # noqa: E402
+
+from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint  # noqa: E402
 
 
 @pytest.fixture
 def parallel_passes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every checksum pass of more than 4 KiB runs on the pool in 4 KiB pieces; records each pass's pieces."""
-    monkeypatch.setattr(parallel_crc, "PIECE_BYTES", 4096)
-    monkeypatch.setattr(parallel_crc, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(parallel_crc, "_helper_count", lambda: 2)
-    passes: list[int] = []
-    run = parallel_crc._Pass.run
-
-    def counting(self: Any, helpers: int) -> Any:
-        passes.append(len(self.pieces))
-        return run(self, helpers)
-
-    monkeypatch.setattr(parallel_crc._Pass, "run", counting)
-    return passes
+    return count_parallel_passes(monkeypatch)
 
 
 @pytest.fixture(params=[1, 8], ids=["threads1", "threads8"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from crc_passes import count_parallel_passes
 
 from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, parallel_crc
 from opencheckpoint.integrity import crc32c_of
@@ -21,18 +22,7 @@ from opencheckpoint.parallel_crc import crc32c_many
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every pass of more than one piece goes parallel, pieces of 4 KiB; returns the count of parallel passes."""
-    monkeypatch.setattr(parallel_crc, "PIECE_BYTES", 4096)
-    monkeypatch.setattr(parallel_crc, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(parallel_crc, "_helper_count", lambda: 2)
-    passes: list[int] = []
-    run = parallel_crc._Pass.run
-
-    def counting(self: parallel_crc._Pass, helpers: int) -> list[list[int]]:
-        passes.append(len(self.pieces))
-        return run(self, helpers)
-
-    monkeypatch.setattr(parallel_crc._Pass, "run", counting)
-    return passes
+    return count_parallel_passes(monkeypatch)
 
 
 def _buffers() -> list[np.ndarray]:
@@ -127,6 +117,7 @@ _AT_EXIT = """
 import atexit, numpy as np
 from opencheckpoint import parallel_crc
 from opencheckpoint.integrity import crc32c_of
+from crc_passes import count_parallel_passes
 parallel_crc.PARALLEL_MIN_BYTES = 0
 parallel_crc._helper_count = lambda: 2
 data = [np.arange(50000, dtype=np.uint8), np.arange(7, dtype=np.uint8)]
