@@ -117,7 +117,6 @@ _AT_EXIT = """
 import atexit, numpy as np
 from opencheckpoint import parallel_crc
 from opencheckpoint.integrity import crc32c_of
-from crc_passes import count_parallel_passes
 parallel_crc.PARALLEL_MIN_BYTES = 0
 parallel_crc._helper_count = lambda: 2
 data = [np.arange(50000, dtype=np.uint8), np.arange(7, dtype=np.uint8)]
