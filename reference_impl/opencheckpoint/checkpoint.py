@@ -408,23 +408,36 @@ class Checkpoint:
         must call ``load``: each reads only its own blocks, and the ranks agree
         once between the two phases, so that when any rank's checks fail every
         rank raises and none changes anything (within ``timeout`` seconds when a
-        rank dies; docs page "Scaling out").
+        rank dies; docs page "Scaling out"). Every rank must load the same
+        checkpoint and components with the same options, or every rank raises
+        ``CollectiveError``. A mapped data file changed in place during the load
+        raises ``ConcurrentModification`` after the apply step: load again.
         """
         requested = self._selection(components)
         call = CheckpointOptions(strict=strict or self.strict, map_location=map_location, verify=verify,
                                  rename=rename, subtree=subtree, cast=cast)  # a bad strict raises here
         options = self._load_options(requested, call, component_options)
         modes = {name: merged.strict or self.strict for name, merged in options.items()}
+        # Every registered object decides whether the load is collective: a rank that requests
+        # nothing still joins the agreement (which compares what the ranks load).
+        collective = load_collective(process_group, timeout, (value for value, _ in self._components.values()))
+        return self._load_two_phases(path, requested, options, modes, collective, progress)
+
+    def _load_two_phases(self, path: PathArg, requested: list[str], options: dict[str, CheckpointOptions],
+                         modes: dict[str, Strictness], collective: Collective | None,
+                         progress: ProgressArg) -> LoadResult:
+        """:meth:`load` once its options are merged: plan, prepare, agree (several ranks), apply, re-check maps."""
         live = {name: self._components[name][0] for name in requested}
-        with agreement(load_collective(process_group, timeout, live.values())) as passed, \
-                CheckpointReader(path) as reader:
+        with agreement(collective) as passed, CheckpointReader(path) as reader:
             result = loading.new_result(reader, requested, path)
             plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
                 prepared = loading.prepare_all(plan, reader, result, path)
-            passed()  # every rank of a sharded load checked its part: only now does any rank apply
+            # Every rank of a sharded load checked its part, and loads what the others do: only now does any apply.
+            passed(loading.describe(reader, options, modes))
             loading.apply_all(prepared, result, path)
+            loading.check_unchanged(reader, result)  # the maps phase 2 copied from still hold what was verified
         return result
 
     def _load_options(self, requested: list[str], call: CheckpointOptions,

@@ -20,7 +20,7 @@ from typing import Any
 from .adapters.component_io import ComponentReader
 from .adapters.protocol import Adapter, PreparedRestore, prepare_restore
 from .casting import Conversion
-from .errors import CheckpointError, IncompatibleComponent
+from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent
 from .kind_migrations import missing_step
 from .manifest import KIND_VERSIONS
 from .options import CheckpointOptions, Strictness
@@ -210,6 +210,40 @@ def apply_all(prepared: list[tuple[ComponentLoad, PreparedRestore]], result: Loa
         result.loaded.add(load.name)
         if loaded is not None:
             result.values[load.name] = loaded
+
+
+def describe(reader: CheckpointReader, options: Mapping[str, CheckpointOptions],
+             modes: Mapping[str, Strictness]) -> dict[str, Any]:
+    """What a load restores, for the ranks of a collective load to compare (:mod:`.sharding.agreement`):
+    the checkpoint by identity (``checkpoint_id``, manifest CRC-32C: mount points differ between hosts),
+    the requested components, and per component the options that change what is restored."""
+    manifest = reader.manifest
+    checkpoint = {"checkpoint_id": manifest.get("checkpoint_id"), "manifest_crc32c": manifest.get("manifest_crc32c"),
+                  "manifest_size": reader.parsed.size}
+    description: dict[str, Any] = {"checkpoint": checkpoint, "components": sorted(options)}
+    for name, merged in sorted(options.items()):
+        description[f"options[{name}]"] = {
+            "strict": modes[name], "verify": True if merged.verify is None else bool(merged.verify),
+            "cast": merged.cast if merged.cast is None or isinstance(merged.cast, (bool, str)) else repr(merged.cast),
+            "subtree": merged.subtree, "rename": merged.rename is not None}
+    return description
+
+
+def check_unchanged(reader: CheckpointReader, result: LoadResult) -> None:
+    """After the apply step: :class:`ConcurrentModification` when a data file the load mapped changed since.
+
+    Restores from memory maps (a module's parameters, arrays lent to an
+    object's own ``load_state_dict``, each rank's blocks of a sharded load)
+    verify the map's bytes in phase 1 and copy them in phase 2; this catches
+    a file changed in place in between by its stat (size, inode, times), at
+    the cost of one ``fstat`` per mapped file. The live objects may then
+    hold some of the new bytes (``docs/guarantees.md``).
+    """
+    try:
+        reader.source.check_mapped()
+    except ConcurrentModification as exc:
+        exc.result = result
+        raise
 
 
 def incompatible(result: LoadResult, load: ComponentLoad, exc: IncompatibleComponent, path: Any, *,

@@ -21,6 +21,7 @@ import pytest
 from ckpt_helpers import forms
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, IntegrityError, open_checkpoint
+from opencheckpoint.errors import ConcurrentModification
 from opencheckpoint.lent_views import LentTree
 
 FORMS = ["directory", "archive"]
@@ -353,3 +354,37 @@ def test_returned_collects_views_held_only_by_an_unreachable_cycle(tmp_path: Pat
         assert lent.returned()
     finally:
         gc.enable()
+
+
+def change_in_place(file: Path) -> None:
+    """What ``rsync --inplace`` or another process does: flip the file's first bytes, same size (its times move)."""
+    with open(file, "r+b") as handle:
+        head = handle.read(4)
+        handle.seek(0)
+        handle.write(bytes(byte ^ 0x40 for byte in head))
+
+
+class ChangesTheFile(Copier):
+    """Copies what it is given, after changing the checkpoint's data file in place (between the phases)."""
+
+    file: Path
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        change_in_place(self.file)
+        super().load_state_dict(state)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_data_file_changed_in_place_while_views_are_lent_raises_concurrent_modification(
+        tmp_path: Path, form: str) -> None:
+    path = save(tmp_path, form)
+    file = data_file(path)
+    stat = os.stat(file)
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**10))  # saved 10 s ago: a new write moves mtime
+    target = ChangesTheFile(zeros())
+    target.file = file
+    with pytest.raises(ConcurrentModification, match="changed in place while it was being loaded") as info:
+        Checkpoint(model=target).load(path)
+    assert target.calls == 1 and target.lent == [True]
+    assert info.value.file is not None and info.value.file.startswith("components/model/data.bin")
+    assert info.value.result is not None and info.value.result.loaded == {"model"}

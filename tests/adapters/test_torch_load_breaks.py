@@ -6,6 +6,7 @@ Fidelity: the live leaf decides each value's type, per leaf.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedValue
+from opencheckpoint.errors import ConcurrentModification
 
 
 def test_expanded_live_tensor_is_replaced_not_a_phase_two_failure(tmp_path: Path) -> None:
@@ -113,3 +115,28 @@ def test_replay_buffer_of_tensors_restores_into_a_fresh_buffer(tmp_path: Path) -
     fresh = torchrl_data.ReplayBuffer(storage=torchrl_data.ListStorage(10))
     Checkpoint(rb=fresh).load(tmp_path / "c")
     assert len(fresh) == 2 and all(type(item) is torch.Tensor for item in fresh.storage._storage)
+
+
+@pytest.mark.parametrize("form", ["directory", "archive"])
+def test_a_data_file_changed_in_place_between_the_phases_raises_concurrent_modification(
+        tmp_path: Path, form: str) -> None:
+    """The module is restored from verified views of the map: a file changed before the copy is caught by its
+    stat after the apply step (issue 10), not returned as a normal load."""
+    torch.manual_seed(0)
+    path = Checkpoint(model=torch.nn.Linear(4, 3)).save(tmp_path / "c", format=form)
+    file = path if form == "archive" else path / "components" / "model" / "data.bin"
+    Checkpoint(model=torch.nn.Linear(4, 3)).load(path)  # control: the same load without a change returns
+    stat = os.stat(file)
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**10))  # saved 10 s ago: a new write moves mtime
+
+    def flip(*_: object) -> None:
+        with open(file, "r+b") as handle:
+            head = handle.read(4)
+            handle.seek(0)
+            handle.write(bytes(byte ^ 0x40 for byte in head))
+
+    model = torch.nn.Linear(4, 3)
+    model.register_load_state_dict_pre_hook(flip)
+    with pytest.raises(ConcurrentModification, match="changed in place while it was being loaded") as info:
+        Checkpoint(model=model).load(path)
+    assert info.value.file == "components/model/data.bin"

@@ -1,8 +1,8 @@
 """One rank of a gloo process group on this machine, run by the sharding tests as a subprocess.
 
 ``python dist_worker.py SCENARIO RANK WORLD PORT PATH``: joins the group at
-127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``load-corrupt``, ``die``, ``hang``), and exits 0 when it
-did what the scenario expects (what it found is printed for the test to read).
+127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``load-corrupt``, ``load-misuse``, ``die``, ``hang``),
+and exits 0 when it did what the scenario expects (what it found is printed for the test to read).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import torch
@@ -136,6 +138,51 @@ def load_corrupt(rank: int, world: int, path: str) -> None:
     print(f"rank {rank}: {'unchanged' if same and not optimizer.state else 'CHANGED'}", flush=True)
 
 
+def _try_load(rank: int, world: int, case: str, path: str, hook: Callable[..., None] | None = None,
+              **options: Any) -> None:
+    """One load of ``case`` into a fresh FSDP2 model: what it raised (class, field, message), and whether this
+    rank's parameters and optimizer state are unchanged."""
+    net, optimizer = sharded_model(world)
+    before = {key: value.to_local().clone() for key, value in net.state_dict().items()}
+    if hook is not None:
+        net.register_load_state_dict_pre_hook(hook)
+    try:
+        Checkpoint(model=net, optim=optimizer).load(path, timeout=30, **options)
+    except Exception as exc:
+        print(f"rank {rank}: {case}: raised {type(exc).__name__} field={getattr(exc, 'field', None)}: {exc}",
+              flush=True)
+    else:
+        print(f"rank {rank}: {case}: loaded", flush=True)
+    same = all(torch.equal(before[key], value.to_local()) for key, value in net.state_dict().items())
+    print(f"rank {rank}: {case}: {'unchanged' if same and not optimizer.state else 'CHANGED'}", flush=True)
+
+
+def load_misuse(rank: int, world: int, path: str) -> None:
+    """Loads the ranks get wrong (issue 10): other checkpoints or components per rank, a shard file changed in
+    place between the phases. Saves two checkpoints of one FSDP2 model on ``world`` ranks under ``path`` first."""
+    net, optimizer = sharded_model(world)
+    train_step(net, optimizer)
+    Checkpoint(model=net, optim=optimizer).save(f"{path}/a", timeout=30)
+    train_step(net, optimizer)
+    Checkpoint(model=net, optim=optimizer).save(f"{path}/b", timeout=30)
+    _try_load(rank, world, "same", f"{path}/a")
+    _try_load(rank, world, "paths", f"{path}/{'ab'[rank % 2]}")
+    _try_load(rank, world, "components", f"{path}/a", components=["model"] if rank == 0 else None)
+    _try_load(rank, world, "nothing", f"{path}/a", components=[] if rank == 1 else None)
+    _try_load(rank, world, "verify", f"{path}/a", verify=rank != 1)
+    shard = f"{path}/a/components/model/shards/rank-{rank:05d}.bin"
+    info = os.stat(shard)
+    os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns - 10**10))  # saved 10 s ago: a new write moves mtime
+
+    def change(*_: object) -> None:  # rank 0's file only, after every rank passed its checks
+        with open(shard, "r+b") as handle:
+            head = handle.read(4)
+            handle.seek(0)
+            handle.write(bytes(byte ^ 0x40 for byte in head))
+
+    _try_load(rank, world, "changed", f"{path}/a", hook=change if rank == 0 else None)
+
+
 def die(rank: int, world: int, path: str) -> None:
     """Rank 1 is killed while writing its second component; the others must raise, not hang."""
     if rank == 1:
@@ -171,7 +218,8 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "load": load, "load-corrupt": load_corrupt, "die": die, "hang": hang}[scenario](rank, world, path)
+    {"save": save, "load": load, "load-corrupt": load_corrupt, "load-misuse": load_misuse, "die": die,
+     "hang": hang}[scenario](rank, world, path)
     if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
         dist.destroy_process_group()
 

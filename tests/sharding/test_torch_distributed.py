@@ -179,3 +179,22 @@ def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_
     assert "rank 1: raised" in stalled.stdout, stalled.stdout + stalled.stderr[-2000:]
     assert (path / "manifest.json").read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+
+
+def test_ranks_that_load_different_things_all_raise_and_a_file_changed_in_place_is_caught(tmp_path: Path) -> None:
+    """Issue 10, on 2 gloo ranks in one launch: another checkpoint, other components, no components or another
+    ``verify`` on one rank make every rank raise CollectiveError naming the field, with nothing changed; a shard
+    file changed in place by a pre-hook (after the checks) makes its rank raise ConcurrentModification."""
+    results = launch("load-misuse", 2, tmp_path)
+    for rank, result in enumerate(results):
+        out = result.stdout + result.stderr[-2000:]
+        assert result.returncode == 0, out
+        assert f"rank {rank}: same: loaded" in out
+        for case, field in (("paths", "checkpoint"), ("components", "components"), ("nothing", "components"),
+                            ("verify", "options[model]")):
+            assert f"rank {rank}: {case}: raised CollectiveError field={field}: " in out, (case, out)
+            assert f"rank {rank}: {case}: unchanged" in out, (case, out)
+        assert "loads other things than rank 0" in out
+    assert "rank 0: changed: raised ConcurrentModification field=None: " in results[0].stdout, results[0].stdout
+    assert "shards/rank-00000.bin: the file changed in place" in results[0].stdout
+    assert "rank 1: changed: loaded" in results[1].stdout, results[1].stdout  # each rank checks its own files

@@ -84,13 +84,13 @@ class TorchCollective:
             return None
         return [buffer[:size].cpu().numpy().tobytes() for buffer, size in zip(buffers, sizes, strict=True)]
 
-    def any_failed(self, failed: bool) -> bool:
-        """Whether any rank passed ``failed=True``: one all-reduce of one integer (the common outcome of a
-        load's agreement costs this one step; see :mod:`opencheckpoint.sharding.agreement`)."""
-        flag = torch.tensor([int(failed)], dtype=torch.int64, device=self._device)
-        self._wait(dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True),
+    def all_max(self, values: list[int]) -> list[int]:
+        """Each of ``values`` (int64) reduced with MAX over every rank: one all-reduce of a few integers (a
+        load's agreement costs this one step when every rank passed; see :mod:`opencheckpoint.sharding.agreement`)."""
+        flags = torch.tensor(values, dtype=torch.int64, device=self._device)
+        self._wait(dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group, async_op=True),
                    "agreeing on a load")
-        return bool(flag.item())
+        return [int(value) for value in flags.tolist()]
 
     def barrier(self) -> None:
         token = torch.zeros(1, dtype=torch.int64, device=self._device)

@@ -24,7 +24,7 @@ from ..paths import MEMBER_NAME, path_grammar_error, path_limit_error
 from ..rules import raise_if, required
 from ..rules.archive import ZIP
 from ..rules.container import CON
-from .base import FileRegion, Source, size_mismatch
+from .base import FileRegion, FileStamp, Source, file_stamp, size_mismatch
 from .zip_records import (
     Member,
     central_entry_error,
@@ -172,6 +172,7 @@ class ArchiveSource(Source):
             raise size_mismatch(rel, member.size, size)
         if size == 0:
             return memoryview(b"")
+        self._record_mapped(rel, file_stamp(os.fstat(self._file.fileno())))
         if self._map is None:
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         return memoryview(self._map)[member.data : member.data + size]
@@ -184,6 +185,7 @@ class ArchiveSource(Source):
             raise size_mismatch(rel, member.size, size)
         if member.data + size > self._size:
             raise size_mismatch(rel, self._size - member.data, size)
+        self._record_mapped(rel, file_stamp(os.fstat(self._file.fileno())))
         first = member.data - member.data % mmap.ALLOCATIONGRANULARITY  # a map starts on a page boundary
         try:
             data_map = mmap.mmap(self._file.fileno(), member.data + size - first, access=mmap.ACCESS_COPY,
@@ -191,6 +193,10 @@ class ArchiveSource(Source):
         except (OSError, ValueError):
             return None  # no address space or commit charge for it (strict overcommit): read instead
         return data_map, member.data - first
+
+    def stamp(self, rel: str) -> FileStamp | None:
+        """The archive's stamp now (every member is mapped from the one file this source holds open)."""
+        return file_stamp(os.fstat(self._file.fileno()))
 
     def open_region(self, rel: str, size: int) -> FileRegion:
         """The member's data for positioned reads into caller buffers (no map)."""

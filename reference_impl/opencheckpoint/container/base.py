@@ -28,6 +28,15 @@ from ..rules.container import STAGING_MARK as STAGING_MARK  # where writers and 
 
 OLD_MARK = ".oc-old-"
 
+#: What identifies a file's contents without reading them: inode, device, size, modification and
+#: status-change times (nanoseconds).
+FileStamp = tuple[int, int, int, int, int]
+
+
+def file_stamp(info: os.stat_result) -> FileStamp:
+    """The :data:`FileStamp` of a ``stat`` result."""
+    return info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
 
 class Source(abc.ABC):
     """Read access to the files of one checkpoint."""
@@ -37,6 +46,32 @@ class Source(abc.ABC):
 
     def __init__(self, path: Location) -> None:
         self.path = path
+        #: each file mapped so far -> its stamp when it was first mapped (:meth:`check_mapped`)
+        self._mapped: dict[str, FileStamp] = {}
+
+    def _record_mapped(self, rel: str, stamp: FileStamp) -> None:
+        """Remember what ``rel`` was when it was first mapped (the forms call this from their maps)."""
+        self._mapped.setdefault(rel, stamp)
+
+    def stamp(self, rel: str) -> FileStamp | None:
+        """The file's :data:`FileStamp` now, as a map of it sees the file; None where the form maps nothing."""
+        return None
+
+    def check_mapped(self) -> None:
+        """Raise :class:`ConcurrentModification` when a file mapped since this source was opened has changed.
+
+        A restore that copies from a map verifies the map's bytes first, then
+        copies them: a file changed in place in between (``rsync --inplace``,
+        another process) would hand its new bytes over unchecked. A load calls
+        this after its apply step: one ``fstat`` per mapped file, no pass over
+        the bytes. It sees what the file system records (size, inode, times),
+        not a change within its timestamp granularity.
+        """
+        for rel, stamp in self._mapped.items():
+            if self.stamp(rel) != stamp:
+                raise ConcurrentModification(
+                    "the file changed in place while it was being loaded; the live objects may hold its new "
+                    "bytes: load again", file=rel)
 
     @abc.abstractmethod
     def read_manifest(self) -> bytes:

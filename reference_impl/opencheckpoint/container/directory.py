@@ -28,7 +28,7 @@ from ..limits import ARCHIVE_MAX_MEMBERS
 from ..manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
-from .base import FileRegion, Source, gone_while_reading, size_mismatch
+from .base import FileRegion, FileStamp, Source, file_stamp, gone_while_reading, size_mismatch
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -201,9 +201,7 @@ class DirectorySource(Source):
     def map_file(self, rel: str, size: int) -> memoryview:
         fd = self._open(rel)
         try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                raise size_mismatch(rel, actual, size)
+            self._check_size(fd, rel, size)
             if size == 0:
                 return memoryview(b"")
             try:
@@ -216,13 +214,26 @@ class DirectorySource(Source):
     def private_map(self, rel: str, size: int) -> tuple[mmap.mmap, int] | None:
         fd = self._open(rel)
         try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                raise size_mismatch(rel, actual, size)
+            self._check_size(fd, rel, size)
             try:
                 return mmap.mmap(fd, size, access=mmap.ACCESS_COPY), 0
             except (OSError, ValueError):
                 return None  # no address space or commit charge for it (strict overcommit): read instead
+        finally:
+            os.close(fd)
+
+    def _check_size(self, fd: int, rel: str, size: int) -> None:
+        """R-CHK-6 for a file about to be mapped, and its stamp recorded (:meth:`Source.check_mapped`)."""
+        info = os.fstat(fd)
+        if info.st_size != size:
+            raise size_mismatch(rel, info.st_size, size)
+        self._record_mapped(rel, file_stamp(info))
+
+    def stamp(self, rel: str) -> FileStamp | None:
+        """The file's stamp now, through the descriptor this reader holds (a map's pages are that file's)."""
+        fd = self._open(rel)
+        try:
+            return file_stamp(os.fstat(fd))
         finally:
             os.close(fd)
 
