@@ -43,8 +43,9 @@ def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, fi
     """
     if not ref.nbytes:
         return
-    # ndarray.data is memoryview(array), typed as a memoryview on Python 3.11 (where ndarray is no Buffer)
-    flat = target.data.cast("B") if target.ndim else target.reshape(1).data.cast("B")
+    # Bytes of the target through a uint8 view: a buffer of an ml_dtypes array (bfloat16, float8) cannot be cast
+    # (its format has no struct code). ndarray.data is memoryview(array), typed as one on Python 3.11.
+    flat = target.reshape(-1).view(np.uint8).data
     crc = 0
     for start in range(0, ref.nbytes, CHUNK_BYTES):
         piece = flat[start : start + CHUNK_BYTES]

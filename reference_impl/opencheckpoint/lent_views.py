@@ -16,7 +16,9 @@ returned, :meth:`LentTree.returned` closes the map, which succeeds exactly
 when no view of it is alive anywhere in the process (Python refuses to close
 a map while a buffer exported from it exists; a NumPy view holds one through
 its base). When a view is still alive, the object kept it: the caller then
-gives the object owned copies instead (see :mod:`opencheckpoint.adapters.state_dict`).
+gives the object owned arrays instead, read from the file again (never
+copied from the map, whose pages the object may have written; see
+:mod:`opencheckpoint.adapters.state_dict`).
 """
 
 from __future__ import annotations
@@ -61,23 +63,20 @@ class LentTree:
 
     def lend(self) -> None:
         """Build the tree of views (verified when the tree was lent with ``verify``), for :meth:`take`."""
-        self._tree = self.build(verify=self._verify, copy=False)
+        self._tree = self.build(verify=self._verify)
 
     def take(self) -> Any:
         """The tree of lent views (a second call gets None: the lender holds no view)."""
         tree, self._tree = self._tree, None
         return tree
 
-    def build(self, *, verify: bool, copy: bool) -> Any:
-        """The tree with every array a view of the map (checked when ``verify``), or with ``copy`` an owned,
-        writeable copy of the bytes a view would show (the map must be open)."""
+    def build(self, *, verify: bool) -> Any:
+        """The tree with every array a view of the map (checked when ``verify``; the map must be open)."""
         data = memoryview(self._map)[self._start : self._start + self._size]
         built: list[tuple[np.ndarray, ArrayRef]] = []
 
         def leaf(ref: ArrayRef) -> np.ndarray:
             array = array_view(data, ref)
-            if copy:
-                array = array.copy()  # then checked: the bytes checked are the bytes kept
             built.append((array, ref))
             return array
 
@@ -87,11 +86,6 @@ class LentTree:
         if verify:  # every array in one checksum pass (caller + pool), before any is handed out
             verify_views(built, self._file)
         return tree
-
-    def owned(self) -> Any:
-        """The tree again (the map must still be open), every array an owned, writeable copy, verified
-        like the views were."""
-        return self.build(verify=self._verify, copy=True)
 
     def returned(self) -> bool:
         """Close the map if no view of it is alive; True when it is closed (now or before).

@@ -110,12 +110,13 @@ def identity(path: Path) -> tuple[int, int]:
 
 
 def assert_owned(arrays: dict[str, np.ndarray]) -> None:
-    """Every array owns its memory (or views an array that does) and can be written in place."""
+    """Every array owns its memory (or views an array or a fresh read's ``bytearray`` that does) and can be
+    written in place."""
     for key, array in arrays.items():
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
-        assert root.base is None, f"{key} lives in a {type(root.base).__name__}"
+        assert root.base is None or type(root.base) is bytearray, f"{key} lives in a {type(root.base).__name__}"
         assert array.flags.writeable, key
 
 
@@ -388,3 +389,47 @@ def test_a_data_file_changed_in_place_while_views_are_lent_raises_concurrent_mod
     assert target.calls == 1 and target.lent == [True]
     assert info.value.file is not None and info.value.file.startswith("components/model/data.bin")
     assert info.value.result is not None and info.value.result.loaded == {"model"}
+
+
+class ScaleKeeper(Copier):
+    """Converts the arrays it is given in place (doubles them), then keeps them."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.record(state)
+        state["w"] *= 2
+        self.arrays = dict(state)
+
+
+@needs_proc_maps
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_keeper_that_converted_the_views_in_place_gets_arrays_read_from_the_file(tmp_path: Path,
+                                                                                   verify: bool) -> None:
+    path = save(tmp_path, "directory")
+    target = ScaleKeeper(zeros())
+    Checkpoint(model=target).load(path, verify=verify)  # the owned copies are not the map's written pages
+    assert target.lent == [True, False]
+    assert_owned(target.arrays)
+    assert np.array_equal(target.arrays["w"], stored()["w"] * 2)  # converted once, as with fresh arrays
+    assert identity(data_file(path)) not in mapped_inodes()
+
+
+class KeepThenInterrupt(Copier):
+    """Stores the arrays it is given, then a KeyboardInterrupt arrives (the first call only)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.record(state)
+        self.arrays = dict(state)
+        if self.calls == 1:
+            raise KeyboardInterrupt
+
+
+@needs_proc_maps
+def test_a_keeper_interrupted_by_a_base_exception_ends_with_owned_arrays(tmp_path: Path) -> None:
+    path = save(tmp_path, "directory")
+    target = KeepThenInterrupt(zeros())
+    with pytest.raises(KeyboardInterrupt) as info:
+        Checkpoint(model=target).load(path)
+    assert target.lent == [True, False]
+    assert_owned(target.arrays)
+    del info
+    assert identity(data_file(path)) not in mapped_inodes()

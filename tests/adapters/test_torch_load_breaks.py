@@ -140,3 +140,38 @@ def test_a_data_file_changed_in_place_between_the_phases_raises_concurrent_modif
     with pytest.raises(ConcurrentModification, match="changed in place while it was being loaded") as info:
         Checkpoint(model=model).load(path)
     assert info.value.file == "components/model/data.bin"
+
+
+class _BoolModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.zeros(4, dtype=torch.bool))
+
+
+class _BoolKeeper:
+    def __init__(self) -> None:
+        self.arrays = {"b": np.zeros(4, dtype=bool)}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return dict(self.arrays)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.arrays = dict(state)
+
+
+def test_verify_false_leaves_a_bad_bool_byte_as_stored_except_in_a_module_copy(tmp_path: Path) -> None:
+    """docs/guarantees.md (``verify=False``): bool bytes unchecked; torch's copy into a module stores 01."""
+    saved = np.array([True, False, True, True])
+    source = _BoolModule()
+    source.b.copy_(torch.from_numpy(saved))
+    keeper = _BoolKeeper()
+    keeper.arrays["b"] = saved.copy()
+    path = Checkpoint(arrs={"b": saved.copy()}, obj=keeper, model=source, durable=False).save(tmp_path / "c")
+    for name in ("arrs", "obj", "model"):
+        with open(path / "components" / name / "data.bin", "r+b") as data:  # the only array: at offset 0
+            data.write(b"\x02")
+    arrs, obj, model = {"b": np.zeros(4, dtype=bool)}, _BoolKeeper(), _BoolModule()
+    Checkpoint(arrs=arrs, obj=obj, model=model).load(path, verify=False)
+    assert arrs["b"].view(np.uint8).tolist() == [2, 0, 1, 1]
+    assert obj.arrays["b"].view(np.uint8).tolist() == [2, 0, 1, 1]
+    assert model.b.view(torch.uint8).tolist() == [1, 0, 1, 1]

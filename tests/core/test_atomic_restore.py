@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 from ckpt_helpers import array_node, crc_int, forms, set_tree
@@ -139,6 +140,21 @@ def test_verified_restore_fills_the_existing_arrays(tmp_path: Path, form: str) -
     Checkpoint(state=again).load(path)
     for key, value in tree.items():
         np.testing.assert_array_equal(again[key], value)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+@pytest.mark.parametrize("size", [4, 300_000])  # a small array and one read chunk by chunk
+def test_ml_dtypes_arrays_are_filled_in_place(tmp_path: Path, verify: bool, size: int) -> None:
+    """A bfloat16 / float8 buffer has no struct format (memoryview.cast refuses it): filled through uint8 bytes."""
+    tree = {"a": np.arange(size, dtype=np.float32), "bf": np.arange(size).astype(ml_dtypes.bfloat16),
+            "f8": (np.arange(size) % 16).astype(ml_dtypes.float8_e4m3fn), "c": np.arange(size, dtype=np.float32)}
+    path = save(tmp_path, tree, "directory")
+    live = {key: np.zeros_like(value) for key, value in tree.items()}
+    objects = dict(live)
+    Checkpoint(state=live).load(path, verify=verify)
+    for key, value in tree.items():
+        assert live[key] is objects[key]
+        assert live[key].tobytes() == value.tobytes(), key
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -81,10 +81,15 @@ class LentRestore:
     gone when it returns and the map closes. An object that kept an array
     (stored it, or a view of it) gets the whole state again as fresh, owned
     arrays in a second call, so it never holds an array that lives in a
-    map of the checkpoint's file. The same happens when ``load_state_dict``
-    raises after keeping some (the original error is raised): the object
-    ends as it would after one call with owned arrays. The frames of the
-    object's exception lose their local variables, which held views.
+    map of the checkpoint's file. The owned arrays are read from the file
+    again (and verified again unless ``verify=False``), never copied from the
+    map: the object may have converted the views in place before keeping
+    them, and the second call must see what a fresh-array restore would.
+    The same happens when ``load_state_dict`` raises (any exception, a
+    ``KeyboardInterrupt`` too) after keeping some (the original error is
+    raised): the object ends as it would after one call with owned arrays.
+    The frames of the object's exception lose their local variables, which
+    held views.
     """
 
     __slots__ = ("value", "reader", "live", "lent", "state")
@@ -101,7 +106,7 @@ class LentRestore:
         state, self.state = self.state, None
         try:
             load_state(self.value, state, self.reader)
-        except Exception as exc:
+        except BaseException as exc:  # a KeyboardInterrupt too: the object must not stay on the map
             del state
             _forget_locals(exc)
             if not self.lent.returned():
@@ -112,8 +117,9 @@ class LentRestore:
             self._replace_kept(failed=False)
 
     def _replace_kept(self, *, failed: bool) -> None:
-        """The object kept lent arrays: give it the state again, every array an owned copy from the map."""
-        owned = shape_state(self.reader, self.lent.owned(), "numpy", self.live)
+        """The object kept lent arrays: give it the state again, every array a fresh one read from the file
+        (verified like any read), never copied from the map: the object may have written into its pages."""
+        owned = read_state(self.reader, "numpy", self.live)
         try:
             load_state(self.value, owned, self.reader)
         except Exception as exc:

@@ -49,6 +49,7 @@ from ..tree.nodes import DtypeValue
 from .component_io import ComponentReader, ComponentWriter
 from .protocol import Adapter, PreparedRestore
 from .state_dict import read_state, write_state
+from .torch_kept import MapRanges, load_owning
 from .torch_tensors import (
     _VIEWS,
     FRAMEWORK,
@@ -212,7 +213,9 @@ class ModuleAdapter(Adapter):
     from verified, memory-mapped views (no intermediate copy), on one intra-op
     thread whatever ``torch.get_num_threads()`` says (see :func:`_one_intra_op_thread`).
     Every array is checksummed before the first copy, in one pass shared by a
-    small thread pool that never holds the restore up (decision 0011).
+    small thread pool that never holds the restore up (decision 0011). A module
+    whose ``load_state_dict`` keeps the tensors it is given (``assign=True``)
+    is given fresh, owned ones in a second call (:mod:`.torch_kept`).
     """
 
     kind = "tree"
@@ -237,6 +240,7 @@ class ModuleAdapter(Adapter):
             stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
+        ranges = MapRanges(() if _holds_dtensors(own) else stored.values())  # where the map's views live
         stored = reader.plan.apply_flat(stored, reader.name)  # rename= / subtree= (a copy; as stored without them)
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own]
@@ -271,17 +275,32 @@ class ModuleAdapter(Adapter):
         matching._metadata = _stored_version_metadata(reader, own)  # type: ignore[attr-defined]  # torch's convention
         name = reader.name
 
+        load = _loader(value, strict=not problems)
+
+        def fresh() -> dict[str, Any]:  # owned tensors for a module that kept views (assign=True)
+            return reader.plan.apply_flat(reader.reader.read(name, framework="torch", verify=reader.verify), name)
+
         def apply() -> None:
-            try:
-                with torch.no_grad(), _one_intra_op_thread():
-                    value.load_state_dict(matching, strict=not problems)
-            except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-                raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+            load_owning(value, matching, ranges, load, fresh, name)
             if problems and strict == "warn":
                 warnings.warn(f"component {name!r}: loaded {len(matching)} of {len(own)} entries; "
                               + "; ".join(problems), stacklevel=5)
 
         return PreparedRestore(apply)
+
+
+def _loader(module: torch.nn.Module, *, strict: bool) -> Callable[[Any], None]:
+    """``module.load_state_dict(state, strict=strict)`` copying on one intra-op thread, its refusal as
+    :class:`IncompatibleComponent`."""
+
+    def load(state: Any) -> None:
+        try:
+            with torch.no_grad(), _one_intra_op_thread():
+                module.load_state_dict(state, strict=strict)
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise IncompatibleComponent(f"load_state_dict failed: {exc}") from exc
+
+    return load
 
 
 def _check_writable(module: torch.nn.Module, own: Any, matching: Any) -> None:
