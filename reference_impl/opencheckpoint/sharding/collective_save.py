@@ -88,7 +88,7 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
         outcome = from_json(collective.broadcast_bytes(None if outcome is None else to_json(outcome)), "outcome")
     finally:
         if sink is not None and rank != 0:
-            shutil.rmtree(sink.root, ignore_errors=True)  # the gather failed: the scratch is removed here
+            shutil.rmtree(sink.root, ignore_errors=True)  # gone already, unless the gather failed
         if sink is not None:
             sink.close()
         if staged is not None:

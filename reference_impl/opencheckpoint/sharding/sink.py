@@ -107,7 +107,7 @@ class RankSink:
         return entries
 
     def _sync_soon(self, paths: list[Path]) -> None:
-        """fsync ``paths`` in the helper thread (here, at interpreter exit, when no thread may start)."""
+        """fsync ``paths`` in the helper thread; at interpreter exit, when no thread may start, here and now."""
         if self._fsyncs is None:
             self._fsyncs = ThreadPoolExecutor(1, "oc-fsync-early")
         try:
