@@ -10,8 +10,13 @@ DTensor with ``Shard(0)``). In the same run, on the same state, each rank calls
 ``Checkpoint(model=...).save`` / ``.load`` (every byte checksummed, fsynced,
 published atomically) and DCP's ``save`` / ``load`` with its ``FileSystemWriter``
 (fsync on, as by default). Throughput is the state's bytes over the slowest
-rank's time, best of ``--repeat``. Prints a Markdown table (the one in
-``docs/scaling-out.md``) and writes the numbers as JSON to bench-results/.
+rank's time, best of ``--repeat``. Each save goes to a fresh path (the previous
+sample's checkpoint of either library is deleted before the clock starts, as a
+run saving ``step-N`` directories does); with ``--overwrite`` each saves over
+the previous one (DCP then truncates its files, OpenCheckpoint deletes the
+replaced checkpoint after its atomic rename, both inside the timing). Prints a
+Markdown table (the one in ``docs/scaling-out.md``) and writes the numbers as
+JSON to bench-results/.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="samples per operation (best is reported)")
     parser.add_argument("--tmpdir", type=Path, default=REPO / "bench-results" / "tmp-sharded",
                         help="scratch directory (a real filesystem, not tmpfs)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="every sample saves over the previous one (DCP truncates its files, OpenCheckpoint "
+                             "replaces its checkpoint and deletes the old one); default: each save to a fresh path")
     parser.add_argument("--worker", nargs=3, metavar=("RANK", "WORLD", "PORT"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -84,8 +92,9 @@ def worker(args: argparse.Namespace) -> None:
     ours, theirs = args.tmpdir / f"oc-{world}", args.tmpdir / f"dcp-{world}"
     samples: dict[str, list[float]] = {"oc_save": [], "dcp_save": [], "oc_load": [], "dcp_load": []}
     for _ in range(args.repeat):
-        if rank == 0:
+        if rank == 0 and not args.overwrite:  # outside the timing, for both: each save starts from nothing
             shutil.rmtree(theirs, ignore_errors=True)
+            shutil.rmtree(ours, ignore_errors=True)
         samples["oc_save"].append(_timed(lambda: Checkpoint(model=net).save(ours), dist))
         samples["dcp_save"].append(_timed(lambda: dcp_save({"model": net.state_dict()}, storage_writer=(
             FileSystemWriter(str(theirs)))), dist))
@@ -108,7 +117,7 @@ def run_world(args: argparse.Namespace, world: int) -> dict[str, Any]:
         port = probe.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, __file__, "--size-mib", str(args.size_mib), "--repeat", str(args.repeat),
-               "--tmpdir", str(args.tmpdir), "--worker"]
+               "--tmpdir", str(args.tmpdir), *(["--overwrite"] if args.overwrite else []), "--worker"]
     ranks = [subprocess.Popen([*command, str(rank), str(world), str(port)], stdout=subprocess.PIPE, text=True,
                               env=env) for rank in range(world)]
     outputs = [rank.communicate(timeout=3600)[0] for rank in ranks]
@@ -141,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         results = [run_world(args, world) for world in args.ranks]
     finally:
         shutil.rmtree(args.tmpdir, ignore_errors=True)
-    print(f"Sharded save/load, {args.size_mib} MiB of FSDP2 parameters, gloo on {os.cpu_count()} CPUs, best of "
+    print(f"Sharded save/load, {args.size_mib} MiB of FSDP2 parameters, gloo on {os.cpu_count()} CPUs, "
+          f"{'each save over the previous one' if args.overwrite else 'each save to a fresh path'}, best of "
           f"{args.repeat}; ratio = OpenCheckpoint / DCP (higher is better for OpenCheckpoint); "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average before/after "
           f"{before[0]:.1f}/{os.getloadavg()[0]:.1f}\n")

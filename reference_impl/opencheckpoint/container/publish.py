@@ -21,6 +21,7 @@ import errno
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import CheckpointError, ConcurrentModification, TargetExists
@@ -94,11 +95,40 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_tree_directories(root: Path) -> None:
-    """fsync every directory below and including ``root`` (deepest first)."""
-    directories = [Path(d) for d, _, _ in os.walk(root)]
-    for directory in reversed(directories):
-        fsync_directory(directory)
+def fsync_together(files: list[Path], root: Path | None = None) -> None:
+    """fsync ``files`` and every directory below and including ``root``, all at once; raise the first error.
+
+    Each fsync runs in its own thread (it releases the GIL): fsyncs that wait
+    together are committed by one journal commit on ext4 and XFS, where one
+    after the other each waits for its own (a collective save's coordinator
+    measured 10 sequential fsyncs at about 60 ms before its rename).
+    """
+    fault_point("fsync-dir")
+    directories = [] if root is None else [Path(d) for d, _, _ in os.walk(root)]
+    paths = [*files, *directories]
+    if len(paths) <= 1:
+        for path in paths:
+            _fsync_path(path)
+        return
+    futures: list[Future[None]] = []
+    try:
+        with ThreadPoolExecutor(min(len(paths), 8), "oc-fsync") as pool:
+            for path in paths:
+                futures.append(pool.submit(_fsync_path, path))
+    except RuntimeError:  # at interpreter exit concurrent.futures takes no work: an async save finishing then
+        for path in paths[len(futures):]:  # fsyncs the rest here, one after the other
+            _fsync_path(path)
+    for done in futures:
+        done.result()
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync one file or directory by name."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _libc: ctypes.CDLL | bool | None = None  # None: not looked up yet; False: no C library

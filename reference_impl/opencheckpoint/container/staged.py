@@ -33,7 +33,7 @@ put there meanwhile.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,7 +44,7 @@ from .publish import (
     clean_stale,
     fault_point,
     fsync_directory,
-    fsync_tree_directories,
+    fsync_together,
     publish,
     remove_tree,
     staging_path,
@@ -103,18 +103,20 @@ class StagedCheckpoint:
                 with open(self.directory / member, "rb", buffering=0) as source:
                     writer.add(member, source, entry["size"])
 
-    def commit(self, body: Mapping[str, Any]) -> None:
-        """Write the manifest (``body`` without its checksum) last, then publish."""
+    def commit(self, body: Mapping[str, Any], unsynced: Sequence[Path] = ()) -> None:
+        """Write the manifest (``body`` without its checksum) last, then publish.
+
+        ``unsynced``: files of the staging directory written without an fsync;
+        a durable commit fsyncs them with the manifest and the directories, all
+        at once (:func:`~.publish.fsync_together`), before the rename.
+        """
         if self.form == "directory":
             fault_point("write-manifest")
             with open(self.directory / MANIFEST_NAME, "wb") as handle:
                 handle.write(serialize_manifest(body))
-                if self.durable:
-                    fault_point("fsync-manifest")
-                    handle.flush()
-                    os.fsync(handle.fileno())
             if self.durable:
-                fsync_tree_directories(self.directory)
+                fault_point("fsync-manifest")
+                fsync_together([self.directory / MANIFEST_NAME, *unsynced], self.directory)
             publish(self.directory, self.target, durable=self.durable, overwrite=self.overwrite)
             return
         assert self.archive is not None and self._stream is not None and self._archive is not None

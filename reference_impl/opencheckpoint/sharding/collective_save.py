@@ -61,6 +61,7 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
     staged, opening, refused = (_open_staging(target, durable, overwrite, arguments) if rank == 0
                                 else (None, None, None))
     failure: BaseException | None = None
+    sink: RankSink | None = None
     try:
         opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
                            "staging directory")
@@ -75,14 +76,21 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
             sink = RankSink(rank, staging, durable=durable)
             records, failure, report = _write_rank(sink, write)
         gathered = collective.gather_bytes(to_json(report))
+        if sink is not None and rank != 0:
+            shutil.rmtree(sink.root, ignore_errors=True)  # its scratch: removed while the coordinator publishes
         outcome: dict[str, Any] | None = None
         if staged is not None:
+            assert sink is not None  # the coordinator's arguments are its own: it never differs from itself
             if gathered is None:
                 raise CollectiveError("the coordinator received no reports from the gather")
             outcome, coordinator_failure = _finish(staged, sink, records, gathered, body, failure)
             failure = failure or coordinator_failure
         outcome = from_json(collective.broadcast_bytes(None if outcome is None else to_json(outcome)), "outcome")
     finally:
+        if sink is not None and rank != 0:
+            shutil.rmtree(sink.root, ignore_errors=True)  # gone already, unless the gather failed
+        if sink is not None:
+            sink.close()
         if staged is not None:
             staged.__exit__(None, None, None)  # removes the staging directory unless it was published
     if failure is not None:
@@ -130,9 +138,6 @@ def _write_rank(sink: RankSink, write: WriteComponents,
             records = write(sink.root)
     except Exception as exc:  # reported to the coordinator, then re-raised here after the outcome
         return {}, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
-    finally:
-        if sink.rank != 0:
-            shutil.rmtree(sink.root, ignore_errors=True)
     return records, None, {"ok": True, "trees": sink.report}
 
 
@@ -147,7 +152,7 @@ def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[st
         return {"ok": False, "error": error_to_json(failure, 0)}, None
     try:
         sink.finish(records, [report["trees"] for report in reports])
-        staged.commit(body(records))
+        staged.commit(body(records), sink.unsynced)
     except Exception as exc:
         return {"ok": False, "error": error_to_json(exc, 0)}, exc
     return {"ok": True}, None

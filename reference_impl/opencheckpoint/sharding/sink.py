@@ -16,9 +16,11 @@ to the staging directory for their shard files.
 from __future__ import annotations
 
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..container.publish import fsync_together
 from ..tree.encode import write_plan, write_small_file
 from ..tree.refusals import refuse
 from ..tree.shard_plan import merge_records
@@ -62,6 +64,11 @@ class RankSink:
         self.pending: dict[str, tuple[TreePlan, Path, bool]] = {}
         #: component path -> {"files": this rank's shard file entries, "sharded": records} (sent to rank 0).
         self.report: dict[str, dict[str, Any]] = {}
+        #: Coordinator: the fsyncs of its data files, running while it waits for the reports.
+        self._syncing: list[Future[None]] = []
+        self._fsyncs: ThreadPoolExecutor | None = None
+        #: Coordinator: the tree.msgpack files :meth:`finish` wrote, fsynced by the commit with the manifest.
+        self.unsynced: list[Path] = []
 
     def write_tree(self, plan: TreePlan, directory: Path, *, durable: bool, sha256: bool,
                    archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
@@ -73,14 +80,45 @@ class RankSink:
             raise refuse(f"{rel} was written twice in one save")
         if self.rank != 0 and plan.shards is not None and plan.shards.data.extents:
             _make_below(self.staging, real / "shards")
-        entries = {} if plan.shards is None else plan.shards.write(real, durable=durable, sha256=sha256)
-        self.report[rel] = {"files": entries, "skeleton": skeleton_digest(plan.root),
+        if self.rank == 0:
+            real.mkdir(parents=True, exist_ok=True)
+            self.pending[rel] = (plan, real, sha256)
+        entries = self._write_own(plan, real, durable=durable, sha256=sha256)
+        self.report[rel] = {"files": {name: entry for name, entry in entries.items() if name != "data.bin"},
+                            "skeleton": skeleton_digest(plan.root),
                             "sharded": [] if plan.shards is None else plan.shards.summary()}
-        if self.rank != 0:
-            return entries
-        real.mkdir(parents=True, exist_ok=True)
-        self.pending[rel] = (plan, real, sha256)
-        return {"data.bin": plan.write_data(real / "data.bin", durable=durable, sha256=sha256), **entries}
+        return entries
+
+    def _write_own(self, plan: TreePlan, real: Path, *, durable: bool, sha256: bool) -> dict[str, dict[str, Any]]:
+        """This rank's shard file (and, on the coordinator, ``data.bin``); their file entries.
+
+        Another rank fsyncs its file before it reports. The coordinator's files
+        are fsynced in a helper thread while it waits for the others' reports
+        (joined by :meth:`finish`): its own disk flush is no longer a step after
+        the last report.
+        """
+        early = self.rank == 0 and durable
+        entries = {} if plan.shards is None else plan.shards.write(real, durable=durable and not early,
+                                                                  sha256=sha256)
+        if self.rank == 0:
+            entries = {"data.bin": plan.write_data(real / "data.bin", durable=False, sha256=sha256), **entries}
+        if early:
+            self._sync_soon([real / name for name in entries])
+        return entries
+
+    def _sync_soon(self, paths: list[Path]) -> None:
+        """fsync ``paths`` in the helper thread; at interpreter exit, when no thread may start, here and now."""
+        if self._fsyncs is None:
+            self._fsyncs = ThreadPoolExecutor(1, "oc-fsync-early")
+        try:
+            self._syncing.append(self._fsyncs.submit(fsync_together, paths))
+        except RuntimeError:  # concurrent.futures takes no work at exit (an async save finishing then)
+            fsync_together(paths)
+
+    def close(self) -> None:
+        """Wait for the coordinator's early fsyncs (their errors are :meth:`finish`'s to raise)."""
+        if self._fsyncs is not None:
+            self._fsyncs.shutdown(wait=True)
 
     def finish(self, records: dict[str, dict[str, Any]], reports: list[dict[str, Any]]) -> None:
         """Coordinator: merge every rank's shard records, write each ``tree.msgpack``, complete ``records``.
@@ -91,6 +129,8 @@ class RankSink:
         """
         by_path = {record["path"]: record for record in records.values()}
         _check_same_trees(reports)
+        for syncing in self._syncing:
+            syncing.result()
         for rel, (plan, real, sha256) in self.pending.items():
             theirs = [report[rel] for report in reports[1:]]
             if plan.shards is not None:
@@ -98,7 +138,8 @@ class RankSink:
             elif any(t["sharded"] for t in theirs):
                 raise refuse(f"other ranks saved sharded arrays in {rel}, the coordinator none: every "
                                        "rank must save the same tree")
-            tree = write_small_file(real / "tree.msgpack", plan.pack(), durable=self.durable, sha256=sha256)
+            tree = write_small_file(real / "tree.msgpack", plan.pack(), durable=False, sha256=sha256)
+            self.unsynced.append(real / "tree.msgpack")
             record = by_path[rel]
             files = {"tree.msgpack": tree, **record["files"]}
             for their in theirs:

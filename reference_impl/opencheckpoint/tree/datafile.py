@@ -31,6 +31,7 @@ from ..crc_combine import _multmodp, _x8nmodp
 from ..integrity import file_entry, new_sha256
 from ..limits import ALIGNMENT
 from ..progress import advance
+from .writeback import WritebackFile, start_writeback
 
 __all__ = ["DataFilePlan", "Writable"]
 
@@ -164,7 +165,8 @@ class DataFilePlan:
     def write(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:
         """Stream every extent to ``path``; fill in each node's crc32c; return the file entry."""
         with open(path, "wb", buffering=0) as out:
-            entry = self.stream(out, sha256=sha256)
+            start = start_writeback() if durable else None
+            entry = self.stream(out if start is None else WritebackFile(out, start), sha256=sha256)
             if durable:
                 os.fsync(out.fileno())
         return entry
