@@ -80,7 +80,10 @@ WORKER = textwrap.dedent("""
         Checkpoint(state={"k": keys}).save(path + "-keys", timeout=timeout)
     except UnsupportedValue as exc:
         print(f"keys refused: {exc}", flush=True)
-    os._exit(0)  # no shutdown handshake: the other process may already be gone
+    # Every process is alive here: leave together (a barrier), so that process 0, which hosts JAX's
+    # coordination service, never exits while another process still talks to it (that one would abort).
+    jax.distributed.shutdown()
+    os._exit(0)
 """)
 
 
