@@ -129,3 +129,20 @@ def test_the_writeback_hint_leaves_the_bytes_as_written(tmp_path: Path) -> None:
             assert written
             view = view[written:]
     assert (tmp_path / "f").read_bytes() == data
+
+
+def test_a_durable_archive_starts_the_writeback_as_it_is_written(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The single-file form gets the same early writeback as a data file (its fsync waits for the tail only)."""
+    from opencheckpoint.container import staged as staged_module
+
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(staged_module, "start_writeback", lambda: lambda fd, offset, n: started.append((offset, n)))
+    path = Checkpoint(state={"w": FULL, "v": FULL + 1}).save(tmp_path / "c.ocp", format="archive")
+    assert len(started) >= 2 and started[0][0] == 0
+    for (offset, n), (following, _) in itertools.pairwise(started):
+        assert following == offset + n
+    assert path.stat().st_size - (started[-1][0] + started[-1][1]) < WRITEBACK_BYTES
+    started.clear()
+    Checkpoint(state={"w": FULL}, durable=False).save(tmp_path / "d.ocp", format="archive")
+    assert started == []

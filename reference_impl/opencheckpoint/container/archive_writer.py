@@ -41,10 +41,12 @@ from __future__ import annotations
 import os
 import struct
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, Final
 
 from ..limits import ALIGNMENT
+from ..tree.writeback import WRITEBACK_BYTES
 
 try:  # ISA-L's CRC-32 runs at memory speed (~25 GiB/s); zlib's at ~3, slower than the disk.
     from isal.isal_zlib import crc32 as _crc32
@@ -183,8 +185,12 @@ class ArchiveWriter:
     descriptor, seek + write otherwise).
     """
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, *, writeback: Callable[[int, int, int], None] | None = None) -> None:
         self._stream = stream
+        #: ``start(fd, offset, nbytes)`` (:func:`..tree.writeback.start_writeback`) for a durable save: the
+        #: written bytes start going to disk every ``WRITEBACK_BYTES``, so the final fsync waits for the tail.
+        self._writeback = writeback
+        self._written_back = 0
         try:
             self._fd: int | None = stream.fileno()
         except (AttributeError, OSError):  # io.BytesIO and friends: no descriptor
@@ -201,6 +207,10 @@ class ArchiveWriter:
         """A positioned write into the archive (``os.pwrite``, or seek + write without a descriptor)."""
         if self._fd is not None:
             _pwrite_all(self._fd, memoryview(data), offset)
+            end = offset + len(data)
+            if self._writeback is not None and end - self._written_back >= WRITEBACK_BYTES:
+                self._writeback(self._fd, self._written_back, end - self._written_back)
+                self._written_back = end
         else:
             self._stream.seek(offset)
             self._stream.write(data)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..manifest import MANIFEST_NAME, serialize_manifest
+from ..tree.writeback import start_writeback
 from .archive_writer import ArchiveWriter
 from .debris import release
 from .publish import (
@@ -83,7 +84,7 @@ class StagedCheckpoint:
             self._archive = staging_path(self.target)
             fault_point("write-archive")
             self._stream = open(self._archive, "x+b", buffering=0)  # closed by commit() or __exit__
-            self.archive = ArchiveWriter(self._stream)
+            self.archive = ArchiveWriter(self._stream, writeback=start_writeback() if self.durable else None)
         return self
 
     def pack(self, records: Mapping[str, Mapping[str, Any]]) -> None:
