@@ -52,15 +52,23 @@ def _open_at(
     check_locatable(target)
     source = open_source(target)
     try:
-        parsed = parse_manifest(source.read_manifest(), understood_extensions=understood, issues=issues)
-        if check_files:
-            check_inventory(source, parsed, issues)
-            # From here on a writer replacing the checkpoint cannot take its files away (R-RDR-14).
-            source.pin(parsed.file_paths())
+        parsed = parse_and_pin(source, source.read_manifest(), understood, issues, check_files)
     except BaseException:
         source.close()
         raise
     return source, parsed
+
+
+def parse_and_pin(source: Source, manifest: bytes, understood: Understood, issues: list[CheckpointError] | None,
+                  check_files: bool) -> ParsedManifest:
+    """Steps 3-11 on a manifest read from ``source`` (local or remote): parse it, then (``check_files``)
+    check the inventory and pin the files it lists."""
+    parsed = parse_manifest(manifest, understood_extensions=understood, issues=issues)
+    if check_files:
+        check_inventory(source, parsed, issues)
+        # From here on a writer replacing the checkpoint cannot take its files away (R-RDR-14).
+        source.pin(parsed.file_paths())
+    return parsed
 
 
 def _open_once(

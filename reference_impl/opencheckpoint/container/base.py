@@ -169,12 +169,17 @@ class FileRegion:
         self.rel = rel
         self._owns_fd = owns_fd
 
+    def requested(self, buffer: Any, offset: int) -> memoryview:
+        """``buffer`` as bytes, once the range it asks for (at ``offset``) is known to lie inside the region."""
+        view = memoryview(buffer).cast("B")
+        if offset < 0 or offset + len(view) > self.size:
+            raise size_mismatch(self.rel, self.size, offset + len(view))
+        return view
+
     def readinto(self, buffer: Any, offset: int) -> None:
         """Fill ``buffer`` (any writable buffer) with the bytes at ``offset`` of the region."""
-        view = memoryview(buffer).cast("B")
+        view = self.requested(buffer, offset)
         want = len(view)
-        if offset < 0 or offset + want > self.size:
-            raise size_mismatch(self.rel, self.size, offset + want)
         position = 0
         try:
             while position < want:

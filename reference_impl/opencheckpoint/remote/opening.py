@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..container.base import Source
 from ..errors import CheckpointError, NotACheckpoint, UnsupportedLocation
-from ..manifest import ParsedManifest, parse_manifest
-from ..opening import Understood, check_inventory
+from ..manifest import ParsedManifest
+from ..opening import Understood, parse_and_pin
 from ..rules import raise_if
 from ..rules.container import CON
 from .failures import storage_errors
@@ -53,10 +53,7 @@ def _open(
             raise_if(CON.check("R-PUB-10", None, location.is_dir(), "nothing at this location",
                                file=str(location)))
             raise
-        parsed = parse_manifest(manifest, understood_extensions=understood, issues=issues)
-        if check_files:
-            check_inventory(source, parsed, issues)
-            source.pin(parsed.file_paths())
+        parsed = parse_and_pin(source, manifest, understood, issues, check_files)
     except BaseException:
         source.close()
         raise

@@ -175,10 +175,8 @@ class RemoteRegion(FileRegion):
         self._keep = keep
 
     def readinto(self, buffer: Any, offset: int) -> None:
-        view = memoryview(buffer).cast("B")
+        view = self.requested(buffer, offset)
         want = len(view)
-        if offset < 0 or offset + want > self.size:
-            raise size_mismatch(self.rel, self.size, offset + want)
         if not want:
             return
         ahead_end = self._ahead_start + len(self._ahead)
