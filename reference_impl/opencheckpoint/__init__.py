@@ -10,8 +10,6 @@ object of that framework is saved or a component is read with
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
 from .format.errors import (
@@ -36,6 +34,7 @@ from .format.errors import (
     UnsupportedVersion,
 )
 from .format.kind_migrations import register_migration
+from .format.producer import LIBRARY_VERSION as __version__
 from .options import CheckpointOptions
 from .read.arrays import LazyArray
 from .read.probe import is_checkpoint, manifest

@@ -58,12 +58,13 @@ class _RichSink:
     """A transient rich bar on standard error (imported only when a bar is actually shown)."""
 
     def __init__(self, description: str, total: int) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-        from .cli.output import output_console
-
+        # A terminal's console (a bar is shown on a terminal only); progress must not import cli/.
         self._bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                             TransferSpeedColumn(), TimeRemainingColumn(), console=output_console(stderr=True),
+                             TransferSpeedColumn(), TimeRemainingColumn(),
+                             console=Console(stderr=True, highlight=False),
                              transient=True)
         self._task = self._bar.add_task(description, total=total)
         self._bar.start()

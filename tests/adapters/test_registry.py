@@ -11,10 +11,10 @@ import pytest
 
 from opencheckpoint import Checkpoint, read_component
 from opencheckpoint.adapters.base import framework_of
-from opencheckpoint.adapters.frameworks import get_framework
 from opencheckpoint.format import frameworks as registry
 from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.format.producer import runtime_environment
+from opencheckpoint.read.to_framework import get_framework
 
 
 class ToyTensor:

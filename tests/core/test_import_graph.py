@@ -1,138 +1,83 @@
-"""The package's import graph: one-way layers, no cycles, and a format core that never imports adapters.
+"""The package's import graph: one-way layers, no cycles, a top level that holds only the public API.
 
-Read from the source with :mod:`ast` (every ``import``, also inside functions, except those
-under ``if TYPE_CHECKING:``, which never run), so a lazy import cannot hide a cycle.
+Read from the source with :mod:`ast`: every ``import`` counts, at module level, inside functions and
+under ``if TYPE_CHECKING:`` alike, and so does ``importlib.import_module("opencheckpoint....")`` with
+a literal name, so neither a lazy import nor an annotation-only one can hide a cycle. The graph and
+the layer table live in ``docs/scripts/layer_map.py``, which also draws the layer map of
+``docs/development.md`` from them.
 """
 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import opencheckpoint
-
-PACKAGE = Path(opencheckpoint.__file__).parent
-ROOT = "opencheckpoint"
-
-#: The format core: containers, manifest, rules, tree codec, the read path up to NumPy arrays,
-#: validate and inspect. None of it may reach ``opencheckpoint.adapters``, even lazily.
-CORE = (
-    "format.errors", "format.limits", "format.paths", "format.strict_json", "format.integrity", "format.crc_combine",
-    "read.parallel_crc", "format.dtypes", "format.models", "format.manifest", "format.migrations", "location", "rules",
-    "container", "tree", "read.opening", "read.steps", "read.arrays", "read.validate", "tools.inspect", "sharding",
-    "read.file_scan",
+import layer_map
+from layer_map import (
+    EXPECTED_CYCLES,
+    EXPECTED_UPWARD,
+    FRAMEWORK_IMPORTERS,
+    LAYERS,
+    PACKAGE,
+    PENDING_TOP_LEVEL,
+    ROOT,
+    cycles,
+    imports_of,
+    layer_of,
+    module_graph,
+    upward_edges,
 )
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join([ROOT, *parts])
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    found: set[str] = set()
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            anchor = base[: len(base) - node.level + 1] if node.level else []
-            target = ".".join([*anchor, *(node.module.split(".") if node.module else [])])
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)  # a submodule, if it is one
-        stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (package ``__init__`` modules left out as targets:
-    importing a submodule always runs its parents, so they say nothing about layering)."""
-    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    packages = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
-    graph: dict[str, set[str]] = {}
-    for module, path in files.items():
-        names = _imports(ast.parse(path.read_text(encoding="utf-8")), module, path.name == "__init__.py")
-        graph[module] = {n for n in names if n in files and n not in packages and n != module}
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph[node]):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return out
-
-
-def _is_core(module: str) -> bool:
-    return any(module == f"{ROOT}.{c}" or module.startswith(f"{ROOT}.{c}.") for c in CORE)
-
-
-def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones() -> None:
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import X\n"
-                     "def f():\n    from .c import Y\n")
-    found = _imports(tree, "opencheckpoint.a", False)
-    assert "opencheckpoint.c" in found and "opencheckpoint.b" not in found
+def test_the_graph_sees_lazy_type_checking_and_import_module_imports() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nimport importlib\nif TYPE_CHECKING:\n    from .b import X\n"
+                     "def f():\n    from .c import Y\n    importlib.import_module('opencheckpoint.d')\n"
+                     "from . import e, VALUE\n")
+    found = imports_of(tree, "opencheckpoint.a", is_package=False, modules={
+        f"opencheckpoint.{m}" for m in "abcde"})
+    assert found == {"opencheckpoint.b", "opencheckpoint.c", "opencheckpoint.d", "opencheckpoint.e", "opencheckpoint",
+                     "typing", "importlib"}
 
 
 def test_cycle_finder_finds_a_cycle() -> None:
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_cycles_anywhere_in_the_package() -> None:
-    # The adapters package included: its modules import each other one way (base re-exports the
-    # others; the framework modules reach base's helpers through the modules that own them).
-    graph = import_graph()
+    graph = module_graph()
     adapters = [m for m in graph if m.startswith(f"{ROOT}.adapters.")]
     assert len(adapters) > 10 and any(graph[m] & set(adapters) for m in adapters)  # the adapters are in the graph
-    assert _cycles(graph) == []
+    assert f"{ROOT}.adapters.jax" in graph[f"{ROOT}.adapters.base"]  # import_module("...jax") is an edge
+    found = cycles(graph)
+    assert [c for c in found if c not in EXPECTED_CYCLES] == [], "import cycles (count every import)"
+    assert [c for c in EXPECTED_CYCLES if c not in found] == [], "an expected cycle is gone: drop it from the list"
 
 
-def test_the_core_never_imports_adapters_even_indirectly() -> None:
-    graph = import_graph()
-    core = sorted(m for m in graph if _is_core(m))
-    assert f"{ROOT}.read.opening" in core and f"{ROOT}.container.archive" in core
-    for module in core:
+def test_every_module_belongs_to_a_layer() -> None:
+    graph = module_graph()
+    assert [m for m in graph if layer_of(m) is None] == []
+    assert layer_of(f"{ROOT}.read.reader") == "read" and layer_of(f"{ROOT}.location") == "storage"
+
+
+def test_layers_import_only_downward() -> None:
+    """A layer imports only layers listed before it in :data:`layer_map.LAYERS` (and itself)."""
+    found = upward_edges(module_graph())
+    assert [e for e in found if e not in EXPECTED_UPWARD] == [], "upward imports (see LAYERS in docs/scripts)"
+    assert [e for e in EXPECTED_UPWARD if e not in found] == [], "an expected upward edge is gone: drop it"
+
+
+def test_the_layer_check_fails_on_an_upward_import() -> None:
+    graph = {f"{ROOT}.format.errors": {f"{ROOT}.read.reader"}, f"{ROOT}.read.reader": {f"{ROOT}.format.errors"}}
+    assert upward_edges(graph) == [(f"{ROOT}.format.errors", f"{ROOT}.read.reader")]
+
+
+def test_the_read_path_and_the_format_core_never_reach_adapters() -> None:
+    """Framework conversion finds a framework's module by name in the table of frameworks; nothing below
+    ``adapters/`` imports an adapter, even indirectly."""
+    graph = module_graph()
+    below = LAYERS[: LAYERS.index("adapters")]
+    low = sorted(m for m in graph if layer_of(m) in below)
+    assert f"{ROOT}.read.to_framework" in low and f"{ROOT}.container.archive" in low
+    for module in low:
         seen, todo = {module}, [module]
         while todo:
             for nxt in graph[todo.pop()]:
@@ -140,3 +85,30 @@ def test_the_core_never_imports_adapters_even_indirectly() -> None:
                 if nxt not in seen:
                     seen.add(nxt)
                     todo.append(nxt)
+
+
+def test_only_adapters_import_frameworks() -> None:
+    """torch, JAX, Flax, optax and orbax are imported (lazily) by adapters, and by nothing else but the listed
+    modules; ``import opencheckpoint`` itself imports none (``tests/test_import_light.py``)."""
+    outside = sorted(module for module, names in layer_map.external_imports().items()
+                     if names & {"torch", "jax", "flax", "optax", "orbax"} and layer_of(module) != "adapters"
+                     and not module.startswith(FRAMEWORK_IMPORTERS))
+    assert outside == []
+
+
+def test_the_top_level_keeps_only_the_public_api() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len([m for m in top if m not in PENDING_TOP_LEVEL]) <= 12, top
+    # Every top-level module is named in the layer table (a new one is a decision, not an accident).
+    assert [m for m in top if f"{ROOT}.{m}" not in layer_map.TOP_LEVEL and m not in ("__init__",)] == []
+
+
+def test_the_committed_layer_map_is_current() -> None:
+    """docs/img/layer-map.svg (the picture in docs/development.md) is what the script draws from the source now."""
+    assert layer_map.main(["--check"]) == 0, "run: .venv/bin/python docs/scripts/layer_map.py"
+
+
+def test_every_layer_package_says_what_it_owns_and_may_import() -> None:
+    for name in layer_map.LAYER_PACKAGES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text(encoding="utf-8"))) or ""
+        assert "may import" in doc and len(doc) > 200, f"{name}/__init__.py: say what it owns and may import"

@@ -16,7 +16,7 @@ import pytest
 
 from opencheckpoint.adapters.base import DumpLoadAdapter, JsonAdapter, StateDictAdapter, TreeAdapter
 from opencheckpoint.testing.adapter_tests import AdapterTests
-from opencheckpoint.testing.compare import assert_tree_equal
+from opencheckpoint.tree.compare import assert_tree_equal
 
 
 class TestNumpyTree(AdapterTests):

@@ -19,7 +19,7 @@ from opencheckpoint.adapters.base import TreeAdapter
 from opencheckpoint.format.dtypes import DTYPES
 from opencheckpoint.testing import strategies as s
 from opencheckpoint.testing.adapter_tests import ImportRecorder
-from opencheckpoint.testing.compare import assert_tree_equal
+from opencheckpoint.tree.compare import assert_tree_equal
 from opencheckpoint.tree.nodes import INT_MAX, INT_MIN, NamedTupleValue, PRNGKeyValue
 
 _SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -42,7 +42,7 @@ from . import numpy_rng
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .dataclass_adapter import DataclassAdapter, is_dataclass_instance
-from .numpy_rng import is_random_state
+from .frameworks import is_random_state
 from .protocol import (
     Adapter,
     PreparedRestore,

@@ -148,7 +148,7 @@ def _leaf(stored: Any, live: Any, default: str, map_location: Any, in_place: boo
     if isinstance(stored, np.dtype):
         if framework == "numpy":
             return stored
-        from .frameworks import get_framework
+        from ..read.to_framework import get_framework
 
         return get_framework(framework).dtype(dtype_name(stored))
     if in_place and _fits(live, stored, framework):
@@ -158,7 +158,7 @@ def _leaf(stored: Any, live: Any, default: str, map_location: Any, in_place: boo
         return stored
     value = converted.get(id(stored))
     if value is None:
-        from .frameworks import get_framework
+        from ..read.to_framework import get_framework
 
         where = map_location
         if where is None and framework == "torch" and leaf_framework(live) == "torch":

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..format.dtypes import dtype_name, numpy_dtype
 from ..format.errors import CheckpointError
-from ..testing.compare import assert_tree_equal
+from ..tree.compare import assert_tree_equal
 from ..tree.nodes import NamedTupleValue
 
 #: Type name of the node that describes a static value the tree cannot hold (informational, never imported).

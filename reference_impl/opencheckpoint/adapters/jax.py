@@ -57,9 +57,10 @@ from ..read.casting import CastPolicy
 from ..read.restore_plan import Rename, RestorePlan
 from ..tree.nodes import NamedTupleValue
 from . import flax_struct, jax_sharding
-from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
+from .component_io import ComponentReader, ComponentWriter
 from .jax_matcher import TreeMatcher, _key_str, _matcher, _settle
 from .jax_values import FRAMEWORK, KEY_IMPLS, JaxFramework, _nnx, is_key, key_impl_name, placement, to_tree_value
+from .protocol import Adapter, PreparedRestore
 
 #: This module's row of the framework registry.
 _ENTRY = registry.by_name("jax")

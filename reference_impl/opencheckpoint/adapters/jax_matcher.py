@@ -26,7 +26,7 @@ from ..read.casting import Caster, CastRefused
 from ..read.restore_hints import suggest
 from ..tree.nodes import NamedTupleValue, PRNGKeyValue
 from . import jax_sharding
-from .base import ComponentReader
+from .component_io import ComponentReader
 from .jax_values import FRAMEWORK, _check_x64, _nnx, is_key, key_impl_name, placement
 
 

@@ -1,4 +1,4 @@
-"""NumPy ``Generator`` / ``BitGenerator``, legacy ``RandomState`` and ``random.Random`` as tree values.
+"""NumPy ``Generator`` / ``BitGenerator``, legacy ``RandomState`` and ``random.Random`` as components.
 
 Each generator's state is a plain tree (dicts, ints, uint32/uint64 arrays):
 
@@ -10,10 +10,12 @@ Each generator's state is a plain tree (dicts, ints, uint32/uint64 arrays):
 * ``random.Random``: ``{"version", "internal": uint32[625], "gauss_next"}`` from
   ``getstate()`` (624 Mersenne-Twister words and the position).
 
-The adapters restore in place, so ``Checkpoint(rng=np.random.default_rng(0))``
-continues the same stream after :meth:`~opencheckpoint.Checkpoint.load`. A
-bit generator is only ever set from a state of its own algorithm; the name
-in a file is compared with the live object, never used to look anything up.
+The states are read by :mod:`.frameworks` (which also converts generators nested
+in a tree, so it must not import the adapters here). The adapters restore in
+place, so ``Checkpoint(rng=np.random.default_rng(0))`` continues the same
+stream after :meth:`~opencheckpoint.Checkpoint.load`. A bit generator is only
+ever set from a state of its own algorithm; the name in a file is compared with
+the live object, never used to look anything up.
 
 >>> import numpy as np, tempfile, os
 >>> from opencheckpoint import Checkpoint
@@ -35,57 +37,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format.errors import IncompatibleComponent
+from .frameworks import (
+    PY_STATE_WORDS,
+    generator_state,
+    python_random_state,
+    random_state_state,
+    to_tree_value,
+)
 from .protocol import Adapter, PreparedRestore
 
-if TYPE_CHECKING:  # annotations only: component_io imports the framework hooks, which import this module
+if TYPE_CHECKING:
     from .component_io import ComponentReader, ComponentWriter
-
-#: Mersenne-Twister words plus the position, as ``random.Random.getstate()`` gives them.
-_PY_STATE_WORDS = 625
-
-
-def is_random_state(value: Any) -> bool:
-    """NumPy Generator / RandomState / BitGenerator or a Python ``random.Random``."""
-    return isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
-                              random.Random))
-
-
-def generator_state(value: np.random.Generator | np.random.BitGenerator) -> dict[str, Any]:
-    """The bit generator state of a ``Generator`` or ``BitGenerator`` (a plain tree)."""
-    bit_generator = value.bit_generator if isinstance(value, np.random.Generator) else value
-    return dict(bit_generator.state)  # a fresh dict each access already; typed as a Mapping by NumPy
-
-
-def random_state_state(value: np.random.RandomState) -> dict[str, Any]:
-    """The state of a legacy ``RandomState`` (MT19937 key array, position, cached Gaussian)."""
-    state: dict[str, Any] = value.get_state(legacy=False)
-    return state
-
-
-def python_random_state(value: random.Random) -> dict[str, Any]:
-    """The state of a ``random.Random`` as a tree: version, uint32[625] words, cached Gaussian.
-
-    >>> r = random.Random(1)
-    >>> s = python_random_state(r)
-    >>> s["version"], s["internal"].shape, s["internal"].dtype.name
-    (3, (625,), 'uint32')
-    """
-    version, internal, gauss_next = value.getstate()
-    return {"version": version, "internal": np.array(internal, dtype=np.uint32), "gauss_next": gauss_next}
-
-
-def to_tree_value(value: Any) -> Any:
-    """The state tree of a NumPy or Python random generator (for generators nested in a tree)."""
-    if isinstance(value, (np.random.Generator, np.random.BitGenerator)):
-        return generator_state(value)
-    if isinstance(value, np.random.RandomState):
-        return random_state_state(value)
-    if isinstance(value, random.Random):
-        return python_random_state(value)
-    from ..tree.encode import NOT_HANDLED
-
-    return NOT_HANDLED
-
 
 def _stored_dict(reader: ComponentReader) -> dict[str, Any]:
     stored = reader.tree("numpy")
@@ -121,7 +83,7 @@ def set_python_random_state(value: random.Random, state: dict[str, Any]) -> None
     """Set a ``random.Random`` from a tree written by :func:`python_random_state`."""
     internal = state.get("internal")
     gauss_next = state.get("gauss_next")
-    if (not isinstance(internal, np.ndarray) or internal.dtype != np.uint32 or internal.shape != (_PY_STATE_WORDS,)
+    if (not isinstance(internal, np.ndarray) or internal.dtype != np.uint32 or internal.shape != (PY_STATE_WORDS,)
             or type(state.get("version")) is not int or not (gauss_next is None or type(gauss_next) is float)):
         raise IncompatibleComponent("stored value is not a random.Random state "
                                     "(version int, internal uint32[625], gauss_next float or None)")

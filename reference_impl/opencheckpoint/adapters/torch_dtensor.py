@@ -45,7 +45,7 @@ from . import torch_strided as strided
 from .torch_tensors import _VIEWS, FRAMEWORK, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 if TYPE_CHECKING:
-    from .base import ComponentReader
+    from .component_io import ComponentReader
 
 __all__ = ["from_region", "holds_dtensors", "holds_dtensors_anywhere", "local_region", "read_module_state",
            "read_optimizer_state", "shard_optimizer_state", "to_sharded"]

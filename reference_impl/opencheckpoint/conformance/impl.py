@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..format.errors import CheckpointError, ManifestError, format_error
+from ..format.producer import LIBRARY_VERSION
 
 IMPLEMENTATION = "opencheckpoint-python"
 
@@ -37,9 +38,7 @@ def error_line(exc: CheckpointError) -> str:
 
 def capabilities() -> dict[str, Any]:
     """The capabilities object (R-RDR-9): the reference implementation skips nothing."""
-    from .. import __version__
-
-    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {}}
+    return {"implementation": IMPLEMENTATION, "version": LIBRARY_VERSION, "modes": ["read", "write"], "skip": {}}
 
 
 def dumps(document: Any) -> str:
@@ -55,7 +54,6 @@ def cmd_read(path: str, out: TextIO) -> None:
 
 
 def cmd_write(expected: str, out_path: str) -> None:
-    from .. import __version__
     from .models import ExpectedModel
     from .writer import write_rendering
 
@@ -66,7 +64,7 @@ def cmd_write(expected: str, out_path: str) -> None:
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack
         raise _not_a_rendering(exc, expected) from None
     try:
-        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__})
+        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": LIBRARY_VERSION})
     except (ValueError, RecursionError) as exc:
         # A RenderingError, or an int of more digits than Python converts (the writer refuses those).
         raise _not_a_rendering(exc, expected) from None

@@ -8,7 +8,7 @@ module may consult it without loading a framework.
 
 An adapter module named in a row provides ``to_tree_value(value)`` (write
 hook for leaves), ``FRAMEWORK`` (read side: arrays and keys, see
-:class:`~opencheckpoint.adapters.frameworks.Framework`) and optionally
+:class:`~opencheckpoint.read.to_framework.Framework`) and optionally
 ``adapter_for(value)`` (whole-object adapters).
 """
 

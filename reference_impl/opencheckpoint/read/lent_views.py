@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import mmap
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,10 +35,8 @@ from ..tree.decode import DecodedTree
 from ..tree.nodes import ArrayRef
 from .arrays import array_view, verify_views
 from .sharded import ComponentFiles, assemble
+from .steps import CheckpointSteps
 from .to_framework import materialize_views, numpy_framework
-
-if TYPE_CHECKING:
-    from .reader import CheckpointReader
 
 
 class LentTree:
@@ -107,7 +105,7 @@ class LentTree:
         return False
 
 
-def lend_tree(reader: CheckpointReader, name: str, *, verify: bool) -> LentTree | None:
+def lend_tree(reader: CheckpointSteps, name: str, *, verify: bool) -> LentTree | None:
     """The component's tree (NumPy) with every array a writeable view of a private map of its data file,
     verified (CRC-32C, bool bytes) unless ``verify`` is False; None where no view can be lent.
 

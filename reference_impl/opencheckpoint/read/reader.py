@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from ..adapters.frameworks import Framework
 from ..format import migrations
 from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError, ConcurrentModification
@@ -42,7 +41,7 @@ from .arrays import LazyArray, array_view, fill_targets, match_targets, read_arr
 from .lent_views import LentTree, lend_tree
 from .sharded import LazyShardedArray, assemble
 from .steps import CheckpointSteps
-from .to_framework import materialize_read, materialize_views, numpy_framework, resolve, to_framework
+from .to_framework import Framework, materialize_read, materialize_views, numpy_framework, resolve, to_framework
 
 
 class CheckpointReader(CheckpointSteps):

@@ -76,7 +76,7 @@ class CheckpointSteps:
             self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
                                                                     check_files)
         else:  # a location on an fsspec filesystem (spec §12.7)
-            from ..remote.opening import open_remote
+            from .remote_opening import open_remote
 
             self.location, self.source, self.parsed = open_remote(self.path, understood_extensions, issues,
                                                                   check_files)

@@ -3,19 +3,69 @@
 The last stage of a read and the only one that knows frameworks exist. The
 format core (opening, validation steps, the array read engine) hands over
 NumPy arrays; this module gives them to the framework named by the caller,
-found through :func:`opencheckpoint.adapters.frameworks.get_framework`.
+found by :func:`get_framework` through the table of frameworks (``format.frameworks``),
+which names each framework's adapter module: it is imported by that name, when first asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..adapters.frameworks import Framework, get_framework
+from ..format import frameworks as registry
+from ..format.dtypes import numpy_dtype
+from ..format.errors import CheckpointError
 from ..tree.decode import DecodedTree, materialize
 from ..tree.nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, ShardedArrayRef
+
+
+class Framework(Protocol):
+    """Turns stored leaves into one framework's objects."""
+
+    name: str
+
+    def array(self, data: np.ndarray, *, map_location: Any = None) -> Any: ...
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> Any: ...
+
+    def dtype(self, name: str) -> Any: ...
+
+
+class NumpyFramework:
+    """NumPy arrays (ml_dtypes for bfloat16/float8), :class:`PRNGKeyValue` for keys."""
+
+    name = "numpy"
+
+    def array(self, data: np.ndarray, *, map_location: Any = None) -> Any:
+        return data
+
+    def prng_key(self, impl: str, data: np.ndarray, *, map_location: Any = None) -> Any:
+        return PRNGKeyValue(impl, data)
+
+    def dtype(self, name: str) -> Any:
+        return numpy_dtype(name).newbyteorder("=")
+
+
+NUMPY = NumpyFramework()
+
+
+def get_framework(name: str) -> Framework:
+    """The framework named ``name`` (``numpy`` or a row of :data:`.registry.FRAMEWORKS`)."""
+    if name == registry.DEFAULT:
+        return NUMPY
+    entry = registry.by_name(name)
+    if entry is None:
+        choices = ", ".join(repr(choice) for choice in registry.names())
+        raise ValueError(f"framework must be one of {choices}, got {name!r}")
+    try:
+        module = importlib.import_module(entry.module)
+    except ImportError as exc:
+        raise CheckpointError(f"framework {name!r} is not installed ({exc}); {entry.install_hint}") from None
+    framework: Framework = module.FRAMEWORK
+    return framework
 
 
 def resolve(framework: str | Framework) -> Framework:

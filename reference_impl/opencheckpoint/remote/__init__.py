@@ -1,4 +1,11 @@
-"""Checkpoints on any fsspec filesystem and on object stores (spec §12.7); needs ``opencheckpoint[remote]``."""
+"""Checkpoints on any fsspec filesystem and on object stores (spec §12.7); needs ``opencheckpoint[remote]``.
+
+The storage layer's remote half: ``FsPath``, the reader's view of a prefix
+(``source``, ``spill``), storage failures as ``CheckpointError``s and
+publication on object stores. Like ``container/`` it may import only the format
+core, ``location`` and ``container/``; opening a remote checkpoint (steps 1-11)
+is ``read/remote_opening``. (``rotation`` is run-layer code that moves to
+``run/`` with the one-Rotation work.)"""
 
 from .fspath import FsPath
 

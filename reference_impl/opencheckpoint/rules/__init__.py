@@ -8,6 +8,11 @@ turns that reason into the rule's error class with the file, the JSON path
 and the rule ID, so no check repeats them. A newer format version gets its
 own module and table; older versions' rules stay in theirs.
 
+Part of the format core layer (with ``format/``): the rule tables of the
+manifest (``v1``, ``v2``), containers, archives, publication, the tree payload
+and sharded arrays (``sharded``, with ``tiling``). They may import only
+``format/`` (errors, limits, models, paths); every other layer may import them.
+
 >>> from opencheckpoint.format.errors import ManifestError
 >>> table = RuleTable(version=0, file="manifest.json")
 >>> @table.rule("R-DOC-1", ManifestError)

@@ -14,7 +14,6 @@ inventory (:mod:`.layout`).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,8 +22,8 @@ from ..format.limits import SHARDS_MAX_PER_ARRAY
 from . import RuleTable
 from .tiling import find_overlap, uncovered
 
-if TYPE_CHECKING:
-    from ..sharding.regions import Region
+#: ``(start, size)`` per dimension (``opencheckpoint.sharding.regions`` computes with them).
+Region = tuple[tuple[int, ...], tuple[int, ...]]
 
 SHD = RuleTable(version=2, file=None)
 rule = SHD.rule

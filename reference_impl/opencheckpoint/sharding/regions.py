@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from ..rules.sharded import Region as Region  # defined with the rules that check regions; used here
+from ..rules.sharded import tiling_error
 from ..tree.decode import empty_array
-
-#: ``(start, size)`` per dimension.
-Region = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def intersect(a: Region, b: Region) -> Region | None:
@@ -140,8 +139,6 @@ def check_tiling(shape: Sequence[int], regions: Sequence[Region]) -> None:
     the shape, an empty region or a gap is an
     :class:`~opencheckpoint.format.errors.ArrayLayoutError` naming the rule.
     """
-    from ..rules.sharded import tiling_error
-
     error = tiling_error(tuple(shape), [tuple(map(tuple, region)) for region in regions])  # type: ignore[misc]
     if error is not None:
         raise error

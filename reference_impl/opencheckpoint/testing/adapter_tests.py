@@ -58,7 +58,7 @@ from ..format.errors import IncompatibleComponent, IntegrityError
 from ..format.manifest import KIND_FILES, MANIFEST_NAME, serialize_manifest
 from ..read.reader import CheckpointReader, open_checkpoint, read_component
 from ..read.validate import validate
-from .compare import assert_tree_equal
+from ..tree.compare import assert_tree_equal
 
 __all__ = ["AdapterTests", "ImportRecorder", "component_files", "flip_byte"]
 

@@ -10,7 +10,7 @@ implementation and dtype values. :func:`trees` combines them with bounded
 depth and size; :func:`checkpoint_values` draws a set of named components
 for :class:`~opencheckpoint.Checkpoint`.
 
-:func:`assert_tree_equal` (from :mod:`opencheckpoint.testing.compare`,
+:func:`assert_tree_equal` (from :mod:`opencheckpoint.tree.compare`,
 re-exported here) compares what a writer was given with what a reader
 returned, exactly: floats by bit pattern, arrays by dtype, shape and bytes,
 containers by type, length and key order.
@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 
 from ..format.dtypes import DTYPES, itemsize, numpy_dtype
 from ..format.paths import check_segment
+from ..tree.compare import assert_tree_equal, float_bits
 from ..tree.nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, NamedTupleValue, PRNGKeyValue
-from .compare import assert_tree_equal, float_bits
 
 __all__ = [
     "DTYPE_NAMES",

@@ -11,15 +11,28 @@ shard count fails before its records are parsed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import NoReturn, Protocol
 
 from ..format.errors import CheckpointError
+from ..rules.sharded import SHD, record_ndim
 from .nodes import ShardedArrayRef, ShardRef
 from .treepath import TreePath
 from .wire import ARRAY_BYTES, STR_BYTES, itemsize
 
-if TYPE_CHECKING:
-    from .exact import _Parser
+
+class _Parser(Protocol):
+    """What a tag 10 node needs of the exact parser (``exact._Parser``, which calls :func:`parse_sharded`)."""
+
+    kind_version: int
+
+    def fail(self, message: str, path: TreePath, rule: str) -> NoReturn: ...
+    def expect(self, kinds: frozenset[int], what: str, path: TreePath, rule: str) -> None: ...
+    def string(self, path: TreePath) -> str: ...
+    def enter(self, depth: int, path: TreePath) -> int: ...
+    def container_length(self, minimum_each: int, path: TreePath,
+                         declared: Callable[[int], None] | None = None) -> int: ...
+    def uint(self, path: TreePath, rule: str) -> int: ...
 
 #: Every structural defect of a tag 10 node (field count, field types, shard record shape).
 _STRUCTURE = "R-SHD-4"
@@ -32,7 +45,6 @@ def _raise(error: CheckpointError | None) -> None:
 
 def parse_sharded(parser: _Parser, fields: int, depth: int, path: TreePath) -> ShardedArrayRef:
     """Read the fields of a tag 10 node whose marker ``parser`` has just read."""
-    from ..rules.sharded import SHD, record_ndim
     _raise(SHD.check("R-SHD-1", str(path), parser.kind_version))
     if fields != 3:
         parser.fail(f"a sharded array node has 3 fields after the marker, found {fields}", path, _STRUCTURE)

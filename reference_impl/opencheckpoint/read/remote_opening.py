@@ -13,12 +13,12 @@ from __future__ import annotations
 from ..container.base import Source
 from ..format.errors import CheckpointError, NotACheckpoint, UnsupportedLocation
 from ..format.manifest import ParsedManifest
-from ..read.opening import Understood, parse_and_pin
+from ..remote.failures import storage_errors
+from ..remote.fspath import FsPath
+from ..remote.source import RemoteSource
 from ..rules import raise_if
 from ..rules.container import CON
-from .failures import storage_errors
-from .fspath import FsPath
-from .source import RemoteSource
+from .opening import Understood, parse_and_pin
 
 
 def open_remote(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
+from .nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
 __all__ = ["assert_tree_equal", "float_bits"]
 
