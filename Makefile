@@ -29,7 +29,7 @@ demo: $(STAMP)
 # suites; the wall time is printed at the end. Long campaigns (tests marked `long`) are skipped here and run by
 # `make test-long`, which a release's CI runs.
 TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
 	@start=$$(date +%s); rc=0; \
