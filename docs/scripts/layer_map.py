@@ -62,7 +62,7 @@ CAPTIONS = {
     "run": "training runs: RunCheckpointer, rotation, stop on signal, RNG state",
     "conformance": "canonical rendering, protocol command, runner",
     "tools": "convert, export, diff, ls, inspect, interchange, schema export",
-    "facade": "`import opencheckpoint`: the public names",
+    "facade": "import opencheckpoint: the public names",
     "testing": "kit for adapter authors: behaviour tests, strategies, hostile ZIPs",
     "examples": "CartPole actor-critic, training run, demo",
     "cli": "the opencheckpoint command",
@@ -222,7 +222,7 @@ def _members_text(layer: str, graph: dict[str, set[str]]) -> str:
         elif (PACKAGE / (prefix.replace(".", "/") + ".py")).exists():
             names.append(prefix.replace(".", "/") + ".py")
     count = sum(1 for module in graph if layer_of(module) == layer)
-    return f"{'  '.join(names)}   ({count} modules)"
+    return f"{', '.join(names)}  ({count} module{'' if count == 1 else 's'})"
 
 
 def render_svg(graph: dict[str, set[str]]) -> str:
@@ -248,9 +248,12 @@ def render_svg(graph: dict[str, set[str]]) -> str:
         out.append(f'<text x="150" y="{y + 22}">{escape(_members_text(layer, graph))}</text>')
         out.append(f'<text x="150" y="{y + 44}" fill="#444" font-style="italic">{escape(CAPTIONS[layer])}</text>')
         imported = sorted(edges[layer], key=LAYERS.index, reverse=True)
-        text = "imports " + (", ".join(imported) if imported else "nothing of ours")
-        out.append(f'<text x="{width - 34}" y="{y + 44}" text-anchor="end" fill="#2d5a8c" '
-                   f'font-size="12">{escape(text)}</text>')
+        down = [other for other in imported if LAYERS.index(other) < LAYERS.index(layer)]
+        up = [other for other in imported if LAYERS.index(other) > LAYERS.index(layer)]
+        text = "imports " + (", ".join(down) if down else "nothing of ours")
+        warning = f'<tspan fill="#b3261e">upward (expected, to be removed): {escape(", ".join(up))}; </tspan>'
+        out.append(f'<text x="{width - 34}" y="{y + 44}" text-anchor="end" fill="#2d5a8c" font-size="12">'
+                   f'{warning if up else ""}{escape(text)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -34,7 +34,7 @@ from .format.errors import (
     UnsupportedVersion,
 )
 from .format.kind_migrations import register_migration
-from .format.producer import LIBRARY_VERSION as __version__
+from .format.version import __version__
 from .options import CheckpointOptions
 from .read.arrays import LazyArray
 from .read.probe import is_checkpoint, manifest

@@ -20,8 +20,7 @@ from ..format.integrity import crc32c_of, file_entry, new_sha256
 from ..format.strict_json import dump_json, encode_utf8
 from ..manifest_builder import component_record
 from ..read.restore_plan import RestorePlan
-from ..tree.encode import small_file_entry, write_small_file
-from ..tree.sink import write_tree
+from ..tree.encode import small_file_entry, write_small_file, write_tree
 from .frameworks import convert_leaf
 
 if TYPE_CHECKING:

@@ -148,7 +148,7 @@ def render_key(key: Any) -> dict[str, str]:
 
 
 def node_value(node: dict[str, Any]) -> Any:
-    """The tree value (for :func:`opencheckpoint.tree.sink.write_tree`) that a rendered node describes."""
+    """The tree value (for :func:`opencheckpoint.tree.encode.write_tree`) that a rendered node describes."""
     kind = node["type"]
     if kind == "none":
         return None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..format.errors import CheckpointError, ManifestError, format_error
-from ..format.producer import LIBRARY_VERSION
+from ..format.version import __version__
 
 IMPLEMENTATION = "opencheckpoint-python"
 
@@ -38,7 +38,7 @@ def error_line(exc: CheckpointError) -> str:
 
 def capabilities() -> dict[str, Any]:
     """The capabilities object (R-RDR-9): the reference implementation skips nothing."""
-    return {"implementation": IMPLEMENTATION, "version": LIBRARY_VERSION, "modes": ["read", "write"], "skip": {}}
+    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {}}
 
 
 def dumps(document: Any) -> str:
@@ -64,7 +64,7 @@ def cmd_write(expected: str, out_path: str) -> None:
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack
         raise _not_a_rendering(exc, expected) from None
     try:
-        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": LIBRARY_VERSION})
+        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__})
     except (ValueError, RecursionError) as exc:
         # A RenderingError, or an int of more digits than Python converts (the writer refuses those).
         raise _not_a_rendering(exc, expected) from None

@@ -20,16 +20,14 @@ from . import frameworks as registry
 from .errors import CheckpointError, UnsupportedValue
 from .manifest import MANIFEST_NAME
 from .strict_json import parse_ijson
-
-#: This library's version (``opencheckpoint.__version__``), recorded by every save it makes.
-LIBRARY_VERSION = "0.1.0"
+from .version import __version__
 
 
 def runtime_environment() -> dict[str, str]:
     """Versions of the runtime, without importing any framework that is not already loaded."""
     import numpy
 
-    env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": LIBRARY_VERSION}
+    env = {"python": sys.version.split()[0], "numpy": numpy.__version__, "opencheckpoint": __version__}
     for name in registry.environment_packages():
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None)
@@ -40,7 +38,7 @@ def runtime_environment() -> dict[str, str]:
 
 def default_producer() -> dict[str, Any]:
     """The producer record of this implementation (spec §5.3), with the runtime's package versions."""
-    return {"name": "opencheckpoint-python", "version": LIBRARY_VERSION, "environment": runtime_environment()}
+    return {"name": "opencheckpoint-python", "version": __version__, "environment": runtime_environment()}
 
 
 def utc_timestamp() -> str:
@@ -66,4 +64,4 @@ def _json_bytes(value: Any) -> bytes:
         raise UnsupportedValue(f"metadata must be JSON: {exc}", field="metadata") from None
 
 
-__all__ = ["LIBRARY_VERSION", "checked_metadata", "default_producer", "runtime_environment", "utc_timestamp"]
+__all__ = ["checked_metadata", "default_producer", "runtime_environment", "utc_timestamp"]

@@ -47,6 +47,7 @@ from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
 from .refusals import refuse
 from .shard_plan import ShardedValue, ShardPlan, check_cover
+from .sink import current_sink
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
@@ -384,6 +385,25 @@ def small_file_entry(data: bytes, *, sha256: bool) -> dict[str, Any]:
     return file_entry(len(data), crc32c_of(data), digest)
 
 
+def write_tree(
+    value: Any, directory: Path, *, converter: Converter | None = None, durable: bool = True, sha256: bool = False,
+    archive: ArchiveWriter | None = None, member_prefix: str = "",
+) -> dict[str, dict[str, Any]]:
+    """Write ``tree.msgpack`` and ``data.bin`` for ``value``; return their file entries.
+
+    Into ``directory``, or, given ``archive``, as the members ``<member_prefix>/tree.msgpack`` and
+    ``<member_prefix>/data.bin`` streamed straight into the archive (one pass: the array bytes are
+    written once, at their final offset; the tree document, which needs their checksums, fills the
+    room reserved before them). ``value`` may be a :class:`TreePlan` made earlier (an async save's snapshot).
+    """
+    sink = current_sink()
+    plan = value if isinstance(value, TreePlan) else TreePlan(value, converter, rank=0 if sink is None else sink.rank)
+    if sink is not None:
+        return sink.write_tree(plan, directory, durable=durable, sha256=sha256, archive=archive,
+                               member_prefix=member_prefix)
+    return write_plan(plan, directory, durable=durable, sha256=sha256, archive=archive, member_prefix=member_prefix)
+
+
 def write_plan(
     plan: TreePlan, directory: Path, *, durable: bool, sha256: bool, archive: ArchiveWriter | None,
     member_prefix: str,
@@ -422,4 +442,4 @@ def write_sharded_tree(plan: TreePlan, directory: Path, *, durable: bool, sha256
 
 
 __all__ = ["NOT_HANDLED", "TreePlan", "Writable", "big_int_bytes", "small_file_entry", "write_plan",
-           "write_sharded_tree", "write_small_file"]
+           "write_sharded_tree", "write_small_file", "write_tree"]
