@@ -11,7 +11,7 @@ reported afterwards, in the order the spec's validation order gives them
 (arrays in document order, then the padding), by :mod:`opencheckpoint.read.validate`.
 
 >>> import crc32c
->>> from .tree.nodes import ArrayRef
+>>> from ..tree.nodes import ArrayRef
 >>> ref = ArrayRef("uint8", (2,), 0, 2, crc32c.crc32c(b"ab"), "$.a")
 >>> scan = FileScan([ref], 4, FileHashes(sha256=False, zip_crc32=False))
 >>> scan.feed(memoryview(b"ab\\x00\\x01"), 0)
