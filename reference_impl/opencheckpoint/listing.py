@@ -97,7 +97,7 @@ def list_run(
                                                       "checkpoint archive)" if root.is_file() else ""), file=str(root))
     if (root / "manifest.json").exists():
         raise NotACheckpoint("a checkpoint, not a run directory of checkpoints: `opencheckpoint inspect` "
-                             "describes it; `ls` lists the {prefix}-{step} checkpoints of a run directory",
+                             "describes it; `ls` lists the checkpoints of a run directory (NAME-<step>)",
                              file=str(root))
     # ``-`` is the rotation's separator; ``_`` and none are accepted too (``--prefix step`` lists ``step_100``)
     pattern = re.compile(rf"{re.escape(prefix)}[-_]?(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
