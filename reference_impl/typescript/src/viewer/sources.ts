@@ -2,14 +2,34 @@
 import type { RandomAccess } from "../container.js";
 import type { DirectoryBackend, DirEntry } from "../directory.js";
 
+/** The reading of a verification pass: raised by the next read once the user cancels it. */
+export class Cancelled extends Error {
+  constructor() {
+    super("cancelled");
+  }
+}
+
+/**
+ * Every byte the page reads is counted here, and a pass in progress can be cancelled: the next read raises
+ * {@link Cancelled}. Reads are of at most one chunk (1 MiB), so this is how often a pass notices.
+ */
+export const meter = { bytes: 0, signal: null as AbortSignal | null };
+
+async function metered(blob: Blob, offset: number, length: number): Promise<Uint8Array> {
+  if (meter.signal?.aborted) throw new Cancelled();
+  const out = new Uint8Array(await blob.slice(offset, offset + length).arrayBuffer());
+  meter.bytes += out.length;
+  return out;
+}
+
 /** A File/Blob read lazily with Blob.slice: only the requested range is ever loaded. */
 export class BlobSource implements RandomAccess {
   readonly size: number;
   constructor(private readonly blob: Blob) {
     this.size = blob.size;
   }
-  async read(offset: number, length: number): Promise<Uint8Array> {
-    return new Uint8Array(await this.blob.slice(offset, offset + length).arrayBuffer());
+  read(offset: number, length: number): Promise<Uint8Array> {
+    return metered(this.blob, offset, length);
   }
 }
 
@@ -43,9 +63,8 @@ export class FileListDirectory implements DirectoryBackend {
     return out;
   }
 
-  async read(path: string, offset: number, length: number): Promise<Uint8Array> {
-    const f = this.files.get(path)!;
-    return new Uint8Array(await f.slice(offset, offset + length).arrayBuffer());
+  read(path: string, offset: number, length: number): Promise<Uint8Array> {
+    return metered(this.files.get(path)!, offset, length);
   }
 }
 
