@@ -3,7 +3,7 @@
 // Run: node --test test-browser/*.test.mjs (needs `make ts-build`, chromium and the repository's .venv)
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createReadStream, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createReadStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { extname, join, resolve } from "node:path";
@@ -145,4 +145,50 @@ test("a corrupted checkpoint shows the validation error with its class and rule"
   assert.deepEqual(names.sort(), ["config", "policy", "weights"]);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+/** Peak resident memory (VmHWM, MiB) of the renderer processes of a browser, the largest one. */
+function rendererPeakMiB(b) {
+  const parent = new Map();
+  for (const d of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
+    try {
+      parent.set(Number(d), Number(/PPid:\s+(\d+)/.exec(readFileSync(`/proc/${d}/status`, "utf8"))[1]));
+    } catch { /* exited meanwhile */ }
+  }
+  const root = b.process().pid;
+  const under = (p) => { for (let q = p; q > 1; q = parent.get(q) ?? 0) if (q === root) return true; return false; };
+  const peaks = [...parent.keys()].filter((p) => p !== root && under(p)).flatMap((p) => {
+    try {
+      if (!readFileSync(`/proc/${p}/cmdline`, "utf8").includes("--type=renderer")) return [];
+      return [Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${p}/status`, "utf8"))[1]) / 1024];
+    } catch { return []; }
+  });
+  return Math.max(...peaks);
+}
+
+/** Verify an archive and summarize its one array in a fresh browser; the renderer's peak memory. */
+async function peakFor(file) {
+  const b = await puppeteer.launch({ executablePath: chromium, headless: true, protocolTimeout: 600_000,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+  try {
+    const page = await b.newPage();
+    await page.goto(url, { waitUntil: "load" });
+    await (await page.$("#pick-archive")).uploadFile(file);
+    await page.waitForSelector("[data-testid=validation-status].good", { timeout: 600_000 });
+    await page.$eval("[data-testid=select-array]", (x) => x.click());
+    await page.$eval("[data-testid=summarize-selected]", (x) => x.click());
+    await page.waitForSelector("[data-testid=summaries] [data-testid=histogram]", { timeout: 600_000 });
+    return rendererPeakMiB(b);
+  } finally {
+    await b.close();
+  }
+}
+
+test("renderer memory does not grow with the file: 16 MiB and 256 MiB archives, verified and summarized", { skip: !existsSync("/proc/self/status") }, async () => {
+  const small = await peakFor(join(work, "small.zip"));
+  const big = await peakFor(join(work, "big.zip"));
+  // Each read is one chunk (1 MiB) into one reused buffer, decoded into one reused array: a file 240 MiB
+  // larger may cost the renderer some collector slack, never the file (it grew by 116 MiB before).
+  assert.ok(big - small < 64, `renderer peak ${small.toFixed(0)} MiB for 16 MiB, ${big.toFixed(0)} MiB for 256 MiB`);
+  console.log(`# renderer peak RSS: ${small.toFixed(0)} MiB (16 MiB archive), ${big.toFixed(0)} MiB (256 MiB archive)`);
 });

@@ -61,13 +61,17 @@ function histogram(s: Summary): HTMLCanvasElement {
 }
 
 /** Per-array statistics and a histogram, read one chunk at a time (the page never holds a whole array). */
-function summaryPanel(l: Leaf, container: Container, verified: Promise<boolean | null>): HTMLElement {
+async function fillSummary(out: HTMLElement, l: Leaf, container: Container, verified: Promise<boolean | null>): Promise<void> {
   const a = l.array!;
-  const out = h("div", { class: "array-summary", "data-testid": "summary", "data-path": l.path, "data-component": l.component },
-    h("h4", {}, `${l.component} `, h("code", {}, l.path), ` ${a.dtype} ${shapeText(a.shape)}`), "computing…");
-  void (async () => {
+  try {
     const ok = await verified;
-    const s = await summarize(a.dtype, Number(a.nbytes), (off, len) => container.read(l.dataFile, Number(a.offset) + off, len));
+    meter.transient = true; // each chunk is decoded before the next read: one reused buffer
+    let s: Summary;
+    try {
+      s = await summarize(a.dtype, Number(a.nbytes), (off, len) => container.read(l.dataFile, Number(a.offset) + off, len));
+    } finally {
+      meter.transient = false;
+    }
     const fmt = (x: number): string => (Number.isFinite(x) ? x.toPrecision(6) : String(x));
     out.lastChild?.remove();
     out.append(
@@ -79,8 +83,15 @@ function summaryPanel(l: Leaf, container: Container, verified: Promise<boolean |
       ok === true ? "" : h("p", { class: "warn" }, ok === null ? "Not verified: verification was cancelled." : "These bytes did not pass verification."),
     );
     if (a.dtype.startsWith("complex")) out.append(h("p", { class: "note" }, "Complex arrays: real and imaginary parts are counted as separate values."));
-  })().catch((e: unknown) => out.replaceChildren(errorBox(e)));
-  return out;
+  } catch (e) {
+    out.replaceChildren(errorBox(e));
+  }
+}
+
+function summaryShell(l: Leaf): HTMLElement {
+  const a = l.array!;
+  return h("div", { class: "array-summary", "data-testid": "summary", "data-path": l.path, "data-component": l.component },
+    h("h4", {}, `${l.component} `, h("code", {}, l.path), ` ${a.dtype} ${shapeText(a.shape)}`), "waiting…");
 }
 
 /** The arrays of the open checkpoint, the user's selection, and the one action on it. */
@@ -91,7 +102,7 @@ class Selection {
   readonly panel = h("div", { "data-testid": "summaries" });
   constructor(items: Leaf[], private readonly container: Container, private readonly verified: Promise<boolean | null>) {
     for (const l of items) this.byId.set(l.id, l);
-    this.button.addEventListener("click", () => this.summarize());
+    this.button.addEventListener("click", () => void this.summarize());
   }
   /** A checkbox for an array leaf, kept in step with every other checkbox of the same leaf. */
   box(l: Leaf): HTMLElement {
@@ -110,9 +121,13 @@ class Selection {
     this.button.toggleAttribute("disabled", this.chosen.size === 0);
   }
   /** One panel per selected array, computed one after the other (one chunk in memory at a time). */
-  summarize(): void {
+  async summarize(): Promise<void> {
+    this.button.setAttribute("disabled", "");
     this.panel.replaceChildren();
-    for (const id of this.chosen) this.panel.append(summaryPanel(this.byId.get(id)!, this.container, this.verified));
+    const jobs = [...this.chosen].map((id) => [this.byId.get(id)!, summaryShell(this.byId.get(id)!)] as const);
+    for (const [, shell] of jobs) this.panel.append(shell);
+    for (const [leaf, shell] of jobs) await fillSummary(shell, leaf, this.container, this.verified);
+    this.button.toggleAttribute("disabled", this.chosen.size === 0);
   }
 }
 
@@ -285,6 +300,7 @@ async function verifyWithProgress(opened: Opened, decoded: DecodedComponent[], s
   };
   const timer = setInterval(tick, 100);
   meter.signal = controller.signal;
+  meter.transient = true; // every read of step 16 is consumed before the next: one reused buffer
   status.textContent = `verifying every checksum (${fmtBytes(total)} to read, in 1 MiB pieces)…`;
   try {
     const rep = await verifyContent(opened, decoded);
@@ -305,6 +321,7 @@ async function verifyWithProgress(opened: Opened, decoded: DecodedComponent[], s
   } finally {
     clearInterval(timer);
     meter.signal = null;
+    meter.transient = false;
     cancel.remove();
   }
 }
