@@ -121,7 +121,7 @@ def measure(repeat: int, base: Path) -> list[tuple[str, float, float]]:
                 counts.append(_fsyncs)
             rows.append((label, statistics.median(times) * 1000, statistics.median(counts)))
     finally:
-        os.fsync = _real_fsync  # type: ignore[assignment]
+        os.fsync = _real_fsync
     return rows
 
 

@@ -11,8 +11,6 @@ object of that framework is saved or a component is read with
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -20,7 +18,7 @@ __version__ = "0.1.0"
 # The error classes are imported now (they are small and every caller catches them); every other name
 # is imported on first use (PEP 562), so `opencheckpoint --help` and a script that needs one function do
 # not pay for NumPy, pydantic and ml_dtypes until they use something that needs them.
-from .errors import (
+from .format.errors import (
     ArchiveError,
     ArrayLayoutError,
     CheckpointError,
@@ -44,60 +42,43 @@ from .errors import (
 
 #: Public name -> the module that defines it, imported when the name is first used.
 _LAZY: dict[str, str] = {
-    "LazyArray": ".arrays",
+    "LazyArray": ".read.arrays",
     "SaveHandle": ".async_save",
     "Checkpoint": ".checkpoint",
     "LoadResult": ".checkpoint",
-    "ConversionError": ".converters",
-    "ExportResult": ".converters",
-    "convert": ".converters",
-    "export": ".converters",
-    "DiffReport": ".diffing",
-    "diff": ".diffing",
-    "register_migration": ".kind_migrations",
+    "ConversionError": ".tools.converters",
+    "ExportResult": ".tools.converters",
+    "convert": ".tools.converters",
+    "export": ".tools.converters",
+    "DiffReport": ".tools.diffing",
+    "diff": ".tools.diffing",
+    "register_migration": ".format.kind_migrations",
     "CheckpointOptions": ".options",
-    "is_checkpoint": ".probe",
-    "manifest": ".probe",
-    "CheckpointReader": ".reader",
-    "open_checkpoint": ".reader",
-    "read_component": ".reader",
-    "LazyShardedArray": ".sharding.reading",
+    "is_checkpoint": ".read.probe",
+    "manifest": ".read.probe",
+    "CheckpointReader": ".read.reader",
+    "open_checkpoint": ".read.reader",
+    "read_component": ".read.reader",
+    "LazyShardedArray": ".read.sharded",
     "NamedTupleValue": ".tree.nodes",
     "PRNGKeyValue": ".tree.nodes",
-    "ValidationReport": ".validate",
-    "validate": ".validate",
+    "ValidationReport": ".read.validate",
+    "validate": ".read.validate",
 }
 
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
-    from .arrays import LazyArray
     from .async_save import SaveHandle
     from .checkpoint import Checkpoint, LoadResult
-    from .converters import ConversionError, ExportResult, convert, export
-    from .diffing import DiffReport, diff
-    from .kind_migrations import register_migration
+    from .format.kind_migrations import register_migration
     from .options import CheckpointOptions
-    from .probe import is_checkpoint, manifest
-    from .reader import CheckpointReader, open_checkpoint, read_component
-    from .sharding.reading import LazyShardedArray
+    from .read.arrays import LazyArray
+    from .read.probe import is_checkpoint, manifest
+    from .read.reader import CheckpointReader, open_checkpoint, read_component
+    from .read.sharded import LazyShardedArray
+    from .read.validate import ValidationReport, validate
+    from .tools.converters import ConversionError, ExportResult, convert, export
+    from .tools.diffing import DiffReport, diff
     from .tree.nodes import NamedTupleValue, PRNGKeyValue
-    from .validate import ValidationReport, validate
-
-
-#: Submodules that share their name with a public function: the function keeps the package's name.
-_SHADOWED = frozenset({"convert", "manifest", "validate"})
-
-
-class _Package(types.ModuleType):
-    """The package module: the import system binds every imported submodule on it, which must not replace
-    the functions ``opencheckpoint.manifest``, ``validate`` and ``convert`` (loaded lazily, below)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

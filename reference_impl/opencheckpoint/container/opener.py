@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
 from ..rules import raise_if
 from ..rules.container import CON
 from .archive import ArchiveSource
