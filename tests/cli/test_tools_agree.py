@@ -21,8 +21,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opencheckpoint import Checkpoint, manifest, open_checkpoint, read_component, validate
-from opencheckpoint.errors import CheckpointError, IncompatibleComponent
+from opencheckpoint import (
+    Checkpoint,
+    CheckpointError,
+    IncompatibleComponent,
+    manifest,
+    open_checkpoint,
+    read_component,
+    validate,
+)
 from opencheckpoint.run import Rotation
 
 
