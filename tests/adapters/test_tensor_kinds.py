@@ -110,6 +110,9 @@ def _published(directory: Path) -> list[str]:
 def test_every_kind_is_stored_exactly_or_refused_on_every_route(kind: Kind, route: str, empty_dir: Path) -> None:
     _available(kind)
     save, read = ROUTES[route]
+    if route == "archive" and kind.name == "jax-sharded-local-devices" and len(__import__("jax").devices()) > 1:
+        # sharded arrays are written in the directory form only: the archive form refuses them (nothing written)
+        kind = dataclasses.replace(kind, stored=False)
     if route in ("rotation", "run-checkpointer"):  # these create their directory (and its id file) first
         value = kind.build()
         if kind.stored:

@@ -64,8 +64,10 @@ def expected_values(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [expected_values(item) for item in value]
     if type(value).__module__.startswith("torch"):
-        plain = value.detach().cpu().clone().resolve_conj().resolve_neg().contiguous()
-        bits = plain.reshape(-1).view(__import__("torch").uint8).numpy().tobytes() if plain.numel() else b""
+        torch = _torch()
+        values = value.detach().cpu().clone().resolve_conj().resolve_neg()
+        plain = torch.empty(values.shape, dtype=values.dtype).copy_(values)  # fresh C-order strides, even size-1 dims
+        bits = plain.reshape(-1).view(torch.uint8).numpy().tobytes() if plain.numel() else b""
         return ExpectedArray(str(plain.dtype).removeprefix("torch."), tuple(plain.shape), bits)
     array = np.array(np.asarray(value), copy=True, order="C")
     if array.dtype == np.bool_:
@@ -253,12 +255,24 @@ def _jax_float0() -> Any:
     return jax.grad(lambda x, n: x * 1.0, argnums=1, allow_int=True)(1.0, 3)
 
 
+def _jax_sharded() -> Any:
+    """An array split over every local device (one block each when there is one device)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    count = len(jax.devices())
+    full = np.arange(count * 6, dtype=np.float32).reshape(count * 2, 3)
+    sharding = NamedSharding(jax.make_mesh((count,), ("x",)), PartitionSpec("x"))
+    return jax.make_array_from_callback(full.shape, sharding, lambda index: full[index])
+
+
 def _jax_kinds() -> list[Kind]:
     j = _jnp
     stored = [("float32", lambda: j().arange(12.0, dtype=j().float32).reshape(3, 4)),
               ("bfloat16", lambda: j().linspace(-2, 2, 7, dtype=j().bfloat16)),
               ("int8-0d", lambda: j().int8(-7)), ("empty", lambda: j().zeros((0, 2))),
-              ("strided-slice", lambda: j().arange(10)[::-2]), ("bool", lambda: j().arange(5) > 2)]
+              ("strided-slice", lambda: j().arange(10)[::-2]), ("bool", lambda: j().arange(5) > 2),
+              ("sharded-local-devices", _jax_sharded)]
     refused = [("tracer", _jax_tracer, "traced"), ("deleted", _jax_deleted, "deleted / donated"),
                ("shape-dtype-struct", lambda: __import__("jax").ShapeDtypeStruct((2,), j().float32), "abstract"),
                ("float0", _jax_float0, "no spec dtype")]
