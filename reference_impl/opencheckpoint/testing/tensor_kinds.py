@@ -160,12 +160,15 @@ def _parameter_data_replaced_by_fake() -> Any:
 
 
 def _captured(transform: str) -> Any:
+    """A tensor of ``torch.func``'s transform, kept after the transform returned."""
     torch = _torch()
     seen: list[Any] = []
-    if transform == "vmap":
-        torch.func.vmap(lambda t: seen.append(t) or t)(torch.ones(2, 3))
-    else:
-        torch.func.grad(lambda t: (seen.append(t), t.sum())[1])(torch.ones(3))
+
+    def keep(tensor: Any) -> Any:
+        seen.append(tensor)
+        return tensor if transform == "vmap" else tensor.sum()
+
+    (torch.func.vmap if transform == "vmap" else torch.func.grad)(keep)(torch.ones(2, 3))
     return seen[0]
 
 
@@ -195,7 +198,8 @@ def _torch_kinds() -> list[Kind]:
         ("complex64", lambda: t().complex(_seeded(), -_seeded())), ("int64-0d", lambda: t().tensor(-5)),
         ("bool", lambda: _seeded() > 0), ("empty", lambda: t().empty(0, 3)),
         ("transposed", lambda: _seeded().t()), ("storage-offset", lambda: t().arange(20.0)[5:15:2]),
-        ("expanded", lambda: _seeded((3, 1)).expand(3, 4)), ("zero-stride", lambda: t().ones(1).as_strided((4, 2), (0, 0))),
+        ("expanded", lambda: _seeded((3, 1)).expand(3, 4)),
+        ("zero-stride", lambda: t().ones(1).as_strided((4, 2), (0, 0))),
         ("as-strided-overlap", lambda: t().arange(10.0).as_strided((3, 3), (1, 1), 1)),
         ("channels-last", lambda: _seeded((1, 2, 3, 3)).to(memory_format=t().channels_last)),
         ("conj-view", lambda: t().complex(_seeded(), _seeded()).conj()),
@@ -239,7 +243,12 @@ def _jax_tracer() -> Any:
     import jax
 
     seen: list[Any] = []
-    jax.jit(lambda x: seen.append(x) or x)(_jnp().ones(3))
+
+    def keep(array: Any) -> Any:
+        seen.append(array)
+        return array
+
+    jax.jit(keep)(_jnp().ones(3))
     return seen[0]
 
 
@@ -262,7 +271,7 @@ def _jax_sharded() -> Any:
 
     count = len(jax.devices())
     full = np.arange(count * 6, dtype=np.float32).reshape(count * 2, 3)
-    sharding = NamedSharding(jax.make_mesh((count,), ("x",)), PartitionSpec("x"))
+    sharding = NamedSharding(jax.make_mesh((count,), ("x",)), PartitionSpec("x"))  # type: ignore[no-untyped-call]
     return jax.make_array_from_callback(full.shape, sharding, lambda index: full[index])
 
 
@@ -308,7 +317,7 @@ def _numpy_kinds() -> list[Kind]:
                ("unicode", lambda: np.array(["ab"]), "string dtype"),
                ("byte-swapped", lambda: np.arange(3, dtype=">f4"), "big-endian"),
                ("memmap-truncated", lambda: _memmap(True), "file truncated after mapping"),
-               ("masked", lambda: np.ma.masked_array([1.0, 2.0], mask=[0, 1]), "mask would be lost"),
+               ("masked", lambda: np.ma.masked_array([1.0, 2.0], mask=[False, True]), "mask would be lost"),
                ("matrix", lambda: np.asmatrix(grid), "type would be lost")]
     return ([Kind(f"numpy-{name}", "numpy", build, True) for name, build in stored]
             + [Kind(f"numpy-{name}", "numpy", _quiet(build), False, why) for name, build, why in refused])
