@@ -31,6 +31,7 @@ import pytest
 from opencheckpoint import Checkpoint, read_component
 from opencheckpoint.errors import CheckpointError
 from opencheckpoint.run import Rotation, RunCheckpointer
+from opencheckpoint.sharding import LocalCollective
 from opencheckpoint.testing.tensor_kinds import KINDS, Kind, assert_same_values, check_kind, expected_values
 
 Save = Callable[[Any, Path], Any]
@@ -77,7 +78,10 @@ def _routes() -> dict[str, tuple[Save, Read]]:
         "archive": (lambda v, t: _plain(v, t.with_suffix(".ocp"), format="archive"), _leaf),
         "save-async": (lambda v, t: Checkpoint(s={"leaf": v}, durable=False).save_async(t).result(), _leaf),
         "progress": (lambda v, t: _plain(v, t, progress=lambda done, total: None), _leaf),
+        "local-collective": (lambda v, t: _plain(v, t, process_group=LocalCollective()), _leaf),
         "rotation": (lambda v, t: Rotation(t).save(Checkpoint(s={"leaf": v}, durable=False), 1), _leaf),
+        "rotation-async": (lambda v, t: Rotation(t).save_async(Checkpoint(s={"leaf": v}, durable=False), 1).result(),
+                           _leaf),
         "run-checkpointer": (lambda v, t: RunCheckpointer(Checkpoint(s={"leaf": v}, durable=False), t,
                                                           interval=1).save(1), _leaf),
         "nested": (lambda v, t: Checkpoint(s={"a": [{"b": (Pair(v, 1),)}]}, durable=False).save(t),
@@ -113,7 +117,7 @@ def test_every_kind_is_stored_exactly_or_refused_on_every_route(kind: Kind, rout
     if route == "archive" and kind.name == "jax-sharded-local-devices" and len(__import__("jax").devices()) > 1:
         # sharded arrays are written in the directory form only: the archive form refuses them (nothing written)
         kind = dataclasses.replace(kind, stored=False)
-    if route in ("rotation", "run-checkpointer"):  # these create their directory (and its id file) first
+    if route.startswith(("rotation", "run-checkpointer")):  # these create their directory (and its id file) first
         value = kind.build()
         if kind.stored:
             expected = expected_values(value)
@@ -236,7 +240,8 @@ def test_a_one_rank_dtensor_is_stored_exactly_on_every_route_that_writes_directo
     full = np.arange(12, dtype=np.float32).reshape(4, 3)
     import torch
 
-    for route in ("directory", "save-async", "progress", "nested", "state-dict", "rotation", "run-checkpointer"):
+    for route in ("directory", "save-async", "progress", "nested", "state-dict", "local-collective", "rotation",
+                  "run-checkpointer"):
         value = distribute_tensor(torch.from_numpy(full.copy()), mesh, [Shard(0)])
         save, read = ROUTES[route]
         assert_same_values(expected_values(value.full_tensor()), read(save(value, empty_dir / route)), route)
@@ -251,7 +256,7 @@ def test_a_parameter_whose_data_was_replaced_by_a_dtensor_is_refused_naming_the_
     for parameter in net.parameters():
         parameter.data = distribute_tensor(parameter.data.clone(), mesh, [Shard(0)])
     for route in ROUTES:
-        if route in ("rotation", "run-checkpointer"):
+        if route.startswith(("rotation", "run-checkpointer")):
             continue  # their directory bookkeeping is checked with every kind above
         save, _ = ROUTES[route]
         with pytest.raises(CheckpointError, match=r"p\.data = distribute_tensor.*collective form") as caught:
@@ -273,4 +278,14 @@ def test_a_dtensor_subclass_is_refused_not_taken_for_a_dtensor(mesh: Any, empty_
     value.__class__ = Mine
     with pytest.raises(CheckpointError, match="Mine"):
         _plain(value, empty_dir / "c")
+    assert os.listdir(empty_dir) == []
+
+
+def test_an_abstract_nnx_state_is_refused(empty_dir: Path) -> None:
+    """``nnx.eval_shape`` gives a module whose variables hold ``ShapeDtypeStruct``s: no values to save."""
+    pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    abstract = nnx.eval_shape(lambda: nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+    with pytest.raises(CheckpointError, match="abstract ShapeDtypeStruct"):
+        Checkpoint(model=abstract, durable=False).save(empty_dir / "c")
     assert os.listdir(empty_dir) == []
