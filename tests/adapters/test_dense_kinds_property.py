@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint.dtypes import numpy_dtype
+from opencheckpoint.format.dtypes import numpy_dtype
 from opencheckpoint.testing.tensor_kinds import assert_same_values, expected_values
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint.errors import CheckpointError
+from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.run import Rotation, RunCheckpointer
 from opencheckpoint.sharding import LocalCollective
 from opencheckpoint.testing.tensor_kinds import KINDS, Kind, assert_same_values, check_kind, expected_values
@@ -185,7 +185,7 @@ REFUSED_TORCH_KINDS = [k for k in TORCH_KINDS if not k.stored and k.why != "no s
 @pytest.mark.parametrize("kind", REFUSED_TORCH_KINDS, ids=[k.name for k in REFUSED_TORCH_KINDS])
 def test_interchange_refuses_every_refused_torch_kind(kind: Kind) -> None:
     pytest.importorskip("torch")
-    from opencheckpoint.interchange import torch_state_to_nnx
+    from opencheckpoint.tools.interchange import torch_state_to_nnx
 
     value = kind.build()
     with pytest.raises(CheckpointError):

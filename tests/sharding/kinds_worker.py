@@ -24,7 +24,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.errors import CheckpointError
+from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.sharding import LocalCollective
 
 

@@ -27,7 +27,7 @@ torch's own predicates:
 
 A tensor on another device (CUDA) passes the same checks, then is copied to the
 host once; the copy is checked again. Everything else raises
-:class:`~opencheckpoint.errors.UnsupportedValue` naming what the tensor is and
+:class:`~opencheckpoint.format.errors.UnsupportedValue` naming what the tensor is and
 the fix. A DTensor never reaches this module on the save path: the torch adapter
 sends it to its sharded path (:mod:`.torch_dtensor`) first.
 
@@ -47,7 +47,7 @@ from typing import Final
 
 import torch
 
-from ..errors import UnsupportedValue
+from ..format.errors import UnsupportedValue
 from ..tree.refusals import refuse
 
 __all__ = ["COLLECTIVE_FIX", "check_dense", "dense_host_tensor"]

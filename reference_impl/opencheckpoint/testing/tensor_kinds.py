@@ -6,7 +6,7 @@ so that it reads back equal, element by element and bit for bit, to what the
 framework itself says its values are (:func:`expected_values`:
 ``t.detach().cpu().clone()`` with conjugate and negative bits resolved,
 ``np.asarray`` of a JAX array, a copy of a NumPy array), or refuse it with a
-:class:`~opencheckpoint.errors.CheckpointError` before anything is written. No
+:class:`~opencheckpoint.format.errors.CheckpointError` before anything is written. No
 row may produce a checkpoint whose values differ from the value's
 (docs/guarantees.md, "What is stored exactly, what is refused").
 
@@ -93,7 +93,7 @@ def check_kind(kind: Kind, directory: Path, save: Callable[[Any, Path], Any], re
     refused with a ``CheckpointError`` leaving ``directory`` as empty as it was."""
     import pytest
 
-    from ..errors import CheckpointError
+    from ..format.errors import CheckpointError
 
     value = kind.build()
     target = Path(directory) / kind.name
