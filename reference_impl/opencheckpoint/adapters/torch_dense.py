@@ -61,24 +61,28 @@ _COMMON_KEYS: Final = frozenset({"ADInplaceOrView", "Conjugate", "Negative"})
 #: device type -> the name of its dense backend key (``CPU`` gives ``AutogradCPU`` and ``AutocastCPU`` too).
 _BACKENDS: Final = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "hpu": "HPU", "mtia": "MTIA",
                     "privateuseone": "PrivateUse1"}
-#: raw dispatch key sets already judged, per device type: one lookup per tensor on the hot path.
-_JUDGED: dict[tuple[str, int], str | None] = {}
+#: raw dispatch key sets already judged: one lookup per tensor on the hot path.
+_JUDGED: dict[int, str | None] = {}
 
 
 def dense_host_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as a detached CPU tensor proven to hold its values in its own storage (no copy for a
-    CPU tensor without conjugate or negative bit); :class:`UnsupportedValue` for any other tensor."""
+    """``tensor`` as a CPU tensor without autograd history proven to hold its values in its own storage (no
+    copy for a CPU tensor without conjugate or negative bit); :class:`UnsupportedValue` for any other tensor."""
     check_dense(tensor)
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
+    if tensor.requires_grad:
+        tensor = tensor.detach()  # same storage: what was proven holds
+    fresh = False
+    if not tensor.is_cpu:
         tensor = tensor.cpu()  # a device tensor has no host memory to share: one copy is unavoidable
         _check_keys(tensor)
+        fresh = True
     # Lazy conjugate / negative views are flags, not bits: materialized into a fresh tensor.
     if tensor.is_conj():
-        tensor = tensor.resolve_conj()
+        tensor, fresh = tensor.resolve_conj(), True
     if tensor.is_neg():
-        tensor = tensor.resolve_neg()
-    _check_storage(tensor)
+        tensor, fresh = tensor.resolve_neg(), True
+    if fresh:
+        _check_storage(tensor)
     return tensor
 
 
@@ -93,7 +97,7 @@ def check_dense(tensor: torch.Tensor) -> None:
     if tensor.layout is not torch.strided:
         raise refuse(f"cannot store a {tensor.layout} tensor: its values are not one strided block of its "
                      "storage; convert it with .to_dense() first")
-    if tensor.device.type == "meta":
+    if tensor.is_meta:
         raise refuse("cannot store a meta tensor: it has a shape but no data (materialize it first, e.g. "
                      "module.to_empty(device='cpu') and initialize or load it)")
     _check_keys(tensor)
@@ -119,9 +123,8 @@ def _subclass(tensor: torch.Tensor) -> UnsupportedValue:
 def _check_keys(tensor: torch.Tensor) -> None:
     """Refuse a tensor whose dispatch keys are not those of a plain dense tensor of its device."""
     keys = torch._C._dispatch_keys(tensor)
-    device = tensor.device.type
-    cached = (device, keys.raw_repr())
-    problem = _JUDGED[cached] if cached in _JUDGED else _JUDGED.setdefault(cached, _judge(device, str(keys)))
+    raw = keys.raw_repr()  # the backend bits name the device: one judgement per key set
+    problem = _JUDGED[raw] if raw in _JUDGED else _JUDGED.setdefault(raw, _judge(tensor.device.type, str(keys)))
     if problem is not None:
         raise refuse(problem)
 
@@ -153,7 +156,8 @@ def _check_storage(tensor: torch.Tensor) -> None:
     Nothing is read here: only the storage's pointer and size, the tensor's pointer,
     offset, shape and strides are compared.
     """
-    if tensor.numel() == 0:
+    count = tensor.numel()
+    if not count:
         return  # no byte is read
     try:
         storage = tensor.untyped_storage()
@@ -165,9 +169,13 @@ def _check_storage(tensor: torch.Tensor) -> None:
                      f"distribute_module, then {COLLECTIVE_FIX}) ({exc})") from None
     itemsize = tensor.element_size()
     offset = tensor.storage_offset()
-    strides = tensor.stride()
-    last = offset + sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=True))
-    if (not base or offset < 0 or min(strides, default=0) < 0 or (last + 1) * itemsize > storage.nbytes()
+    if tensor.is_contiguous():  # the common case: its elements are the next ``count`` of the storage
+        last, lowest = offset + count - 1, 0
+    else:
+        strides = tensor.stride()
+        last = offset + sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=True))
+        lowest = min(strides, default=0)
+    if (not base or offset < 0 or lowest < 0 or (last + 1) * itemsize > storage.nbytes()
             or tensor.data_ptr() != base + offset * itemsize):
         raise refuse(f"cannot store this tensor: its {tensor.numel()} elements are not inside its storage "
                      f"({storage.nbytes()} bytes at {'a null pointer' if not base else 'its data pointer'}; a "
