@@ -77,8 +77,9 @@ EXPECTED_CYCLES = [[f"{ROOT}.async_save", f"{ROOT}.checkpoint", f"{ROOT}.snapsho
 #: Upward edges still expected: the same write-side cycle's two edges into checkpoint (same owner).
 EXPECTED_UPWARD = [(f"{ROOT}.async_save", f"{ROOT}.checkpoint"), (f"{ROOT}.snapshot", f"{ROOT}.checkpoint")]
 #: Modules outside adapters/ that may import torch/JAX (lazily): the examples train torch and Flax models,
-#: and GlobalRNGState reads the frameworks' process-global generators.
-FRAMEWORK_IMPORTERS = (f"{ROOT}.examples.", f"{ROOT}.run.rng")
+#: GlobalRNGState reads the frameworks' process-global generators, and the test kit's tensor-kinds matrix
+#: builds the torch and JAX values it checks.
+FRAMEWORK_IMPORTERS = (f"{ROOT}.examples.", f"{ROOT}.run.rng", f"{ROOT}.testing.tensor_kinds")
 #: Layer packages whose ``__init__`` docstring says what the layer owns and may import.
 LAYER_PACKAGES = ["format", "rules", "container", "remote", "tree", "sharding", "read", "adapters", "run",
                   "conformance", "tools", "testing", "examples", "cli"]
