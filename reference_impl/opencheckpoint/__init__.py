@@ -44,6 +44,7 @@ from .probe import is_checkpoint, manifest
 from .reader import CheckpointReader, open_checkpoint, read_component
 from .sharding.reading import LazyShardedArray
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
+from .tree.per_rank import PerRank
 from .validate import ValidationReport, validate
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "NamedTupleValue",
     "NotACheckpoint",
     "PRNGKeyValue",
+    "PerRank",
     "SaveHandle",
     "TargetExists",
     "TreeError",

@@ -40,6 +40,7 @@ from .producer import checked_metadata
 from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
 from .remote.fspath import FsPath
+from .per_rank import process_rank
 from .restore_plan import Rename, RestorePlan
 from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
 from .sharding.agreement import agreement
@@ -228,6 +229,12 @@ class Checkpoint:
         location = resolve_location(path)
         output = self._output(format)
         if isinstance(location, FsPath):
+            group = resolve_collective(process_group, timeout)
+            if group is not None and group.world_size > 1:  # each rank refuses alone, before any scratch exists
+                raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file "
+                                          "system path only, not yet to a URL: save to such a path and upload "
+                                          "the checkpoint directory, or save from one process",
+                                          file=str(location))
             return self._save_remote(location, output, components=components, metadata=metadata,
                                      checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
                                      component_options=component_options, progress=progress)
@@ -433,7 +440,8 @@ class Checkpoint:
             plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
-                prepared = loading.prepare_all(plan, reader, result, path)
+                ranks = (collective.rank, collective.world_size) if collective is not None else process_rank()
+                prepared = loading.prepare_all(plan, reader, result, path, ranks)
             # Every rank of a sharded load checked its part, and loads what the others do: only now does any apply.
             passed(loading.describe(reader, options, modes))
             loading.apply_all(prepared, result, path)

@@ -268,7 +268,7 @@ def read_component(
     <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.restore_plan`). ``progress``: ``True`` (a bar
     on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`opencheckpoint.progress`), per component.
     """
-    from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
+    from .restore_plan import RestorePlan, check_renames  # restore-side option: kept out of the reader's imports
 
     plan = RestorePlan(rename, subtree)
     value: Any = None
@@ -285,6 +285,8 @@ def read_component(
             if attempt:
                 raise
     try:
-        return plan.apply(value, name)
+        out = plan.apply(value, name)
+        check_renames([(name, plan)])
+        return out
     except CheckpointError as exc:
         raise exc.at(file=str(path), field=f"components.{name}") from None

@@ -147,10 +147,11 @@ class TreeAdapter(Adapter):
                 _check_bare_array(value, reader)
             # Arrays that fit are filled where they are (no intermediate copy), after every array
             # of the component passed its checks (CheckpointReader.prepare_into).
+            reader.per_rank(reader.reader.decoded_layout(reader.name)[0].root, value)  # refused now, not later
             fill = reader.prepare_into(value)
 
             def apply_numpy() -> Any:
-                loaded = fill()
+                loaded = reader.per_rank(fill(), value)
                 if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
                     if value.flags.writeable and loaded is not value:
                         np.copyto(value, loaded)
@@ -166,7 +167,8 @@ class TreeAdapter(Adapter):
             return PreparedRestore(apply_numpy)
         # Framework leaves (torch tensors in a plain dict): the live leaf's type decides what
         # each stored array becomes; exact fits are copied into the live tensors in phase 2.
-        conformed = conform(reader.tree("numpy"), value, map_location=reader.map_location, in_place=True)
+        conformed = conform(reader.per_rank(reader.tree("numpy"), value), value, map_location=reader.map_location,
+                            in_place=True)
 
         def apply() -> Any:
             conformed.copy_into_live()

@@ -232,7 +232,7 @@ class ModuleAdapter(Adapter):
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         own = value.state_dict()
-        if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
+        if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds (renamed there)
             from .torch_dtensor import read_module_state
 
             stored = read_module_state(reader, own)
@@ -240,8 +240,9 @@ class ModuleAdapter(Adapter):
             stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
+        if not _holds_dtensors(own) and reader.plan.selects:  # rename= / subtree= (a copy; as stored without)
+            stored = reader.plan.apply_flat(stored, reader.name)
         ranges = MapRanges(() if _holds_dtensors(own) else stored.values())  # where the map's views live
-        stored = reader.plan.apply_flat(stored, reader.name)  # rename= / subtree= (a copy; as stored without them)
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own]
         mismatched = []

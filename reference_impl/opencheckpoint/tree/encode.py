@@ -46,6 +46,7 @@ from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
 from .refusals import refuse
+from .per_rank import PerRank, plan_per_rank
 from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .sink import current_sink
 
@@ -85,6 +86,8 @@ class TreePlan:
         self.data = DataFilePlan()
         #: This rank's shard data file and tag-10 nodes; None until the tree holds a :class:`ShardedValue`.
         self.shards: ShardPlan | None = None
+        #: The per-rank value nodes (:mod:`.per_rank`) of a rank of a collective save, in document order.
+        self.per_rank: list[list[Any]] = []
         with paused_gc():  # a node list per array, none of them garbage (gc_pause)
             self.root = self._node(value, 0, "$")
 
@@ -160,6 +163,8 @@ class TreePlan:
             return self._prng_key(value, path)
         if kind is ShardedValue:
             return self._sharded(value, path)
+        if kind is PerRank:
+            return plan_per_rank(self, value, depth, path)
         if isinstance(value, DtypeValue):
             return [_MARK[Tag.DTYPE], value.name]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):

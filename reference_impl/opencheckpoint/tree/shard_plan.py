@@ -84,8 +84,9 @@ class ShardPlan:
         #: (tree path, node) of every tag-10 node, in document order.
         self.nodes: list[tuple[str, list[Any]]] = []
 
-    def node(self, value: ShardedValue, path: str) -> list[Any]:
-        """The tag-10 node of ``value`` with records of this rank's shards (CRCs filled in by :meth:`write`)."""
+    def node(self, value: ShardedValue, path: str, *, merged: bool = True) -> list[Any]:
+        """The tag-10 node of ``value`` with records of this rank's shards (CRCs filled in by :meth:`write`);
+        ``merged=False``: a node of this rank alone (in a per-rank value), not merged with the other ranks'."""
         shape, dtype = _checked_header(value, path)
         records: list[list[Any]] = []
         empty = math.prod(shape) == 0
@@ -101,7 +102,8 @@ class ShardPlan:
             extent.nodes.append(record)
             records.append(record)
         node = [_MARK, dtype, list(shape), records]
-        self.nodes.append((path, node))
+        if merged:
+            self.nodes.append((path, node))
         return node
 
     def write(self, directory: Path, *, durable: bool, sha256: bool) -> dict[str, dict[str, Any]]:
