@@ -35,12 +35,12 @@ from .loading import LoadResult
 from .location import PathArg, resolve_location
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .paths import check_segment
+from .per_rank import process_rank
 from .probe import is_checkpoint, manifest
 from .producer import checked_metadata
 from .progress import ProgressArg, files_bytes, reporting
 from .reader import CheckpointReader
 from .remote.fspath import FsPath
-from .per_rank import process_rank
 from .restore_plan import Rename, RestorePlan
 from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
 from .sharding.agreement import agreement
@@ -229,13 +229,8 @@ class Checkpoint:
         location = resolve_location(path)
         output = self._output(format)
         if isinstance(location, FsPath):
-            group = resolve_collective(process_group, timeout)
-            if group is not None and group.world_size > 1:  # each rank refuses alone, before any scratch exists
-                raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file "
-                                          "system path only, not yet to a URL: save to such a path and upload "
-                                          "the checkpoint directory, or save from one process",
-                                          file=str(location))
-            return self._save_remote(location, output, components=components, metadata=metadata,
+            return self._save_remote(location, output, resolve_collective(process_group, timeout),
+                                     components=components, metadata=metadata,
                                      checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
                                      component_options=component_options, progress=progress)
         target = location.absolute()
@@ -342,9 +337,15 @@ class Checkpoint:
         overrides = check_option_names(component_options, names, "save")
         return {name: self._merged(name, overrides) for name in names}
 
-    def _save_remote(self, target: FsPath, output: CheckpointFormat, **options: Any) -> FsPath:
+    def _save_remote(self, target: FsPath, output: CheckpointFormat, group: Collective | None,
+                     **options: Any) -> FsPath:
         """Save to an fsspec location: written locally with :meth:`save` (no fsync: it is a scratch copy),
-        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`)."""
+        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`).
+        A collective save (``group`` of several ranks) is refused, on each rank before any scratch exists."""
+        if group is not None and group.world_size > 1:
+            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
+                                      "path only, not yet to a URL: save to such a path and upload the "
+                                      "checkpoint directory, or save from one process", file=str(target))
         if output != "directory":
             raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
                                       "checkpoint is stored in directory form (format='directory')",

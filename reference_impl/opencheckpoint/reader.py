@@ -50,8 +50,12 @@ class CheckpointReader(CheckpointSteps):
 
     Opening (steps 1-11) and the per-component steps 12-15 are those of
     :class:`~opencheckpoint.steps.CheckpointSteps`; this class adds reading
-    array bytes and handing them to a framework.
+    array bytes and handing them to a framework. The shard data files of
+    sharded arrays are opened (and their size checked) when a read first needs
+    one: a rank of a sharded load opens the few it reads, not every rank's.
     """
+
+    defer_shard_files = True
 
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (sharded arrays: :class:`LazyShardedArray`),

@@ -35,6 +35,7 @@ from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .per_rank import PerRank, plan_per_rank
 from .plan_runs import DTYPE_NAMES as _DTYPE_NAMES
 from .plan_runs import NODES as _NODES
 from .plan_runs import OFFSET as _OFFSET
@@ -46,7 +47,6 @@ from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
 from .refusals import refuse
-from .per_rank import PerRank, plan_per_rank
 from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .sink import current_sink
 

@@ -105,7 +105,7 @@ def plan_per_rank(plan: TreePlan, value: PerRank, depth: int, path: str) -> list
         return [_NAMED_TUPLE, PER_RANK_TYPE, {"world_size": 1, "values": [inner]}]
     if plan.shards is None:
         plan.shards = ShardPlan(plan._rank)
-    local = _RankLocalPlan(value.value, plan, depth + 2, f"{path}.values[{plan._rank}]")
+    local = _rank_local_plan(value.value, plan, depth + 2, f"{path}.values[{plan._rank}]")
     node = [_NAMED_TUPLE, PER_RANK_TYPE, {"world_size": 0, "values": [local.root]}]
     plan.per_rank.append(node)
     return node
@@ -157,7 +157,7 @@ def _rank_local_plan_class(base: type[TreePlan]) -> type[TreePlan]:
     return RankLocalPlan
 
 
-def _RankLocalPlan(value: Any, parent: TreePlan, depth: int, path: str) -> TreePlan:  # noqa: N802
+def _rank_local_plan(value: Any, parent: TreePlan, depth: int, path: str) -> TreePlan:
     base = type(parent)
     made = _RANK_LOCAL.get(base)
     if made is None:
