@@ -267,7 +267,9 @@ def check_renames(plans: Iterable[tuple[str, RestorePlan]]) -> None:
             groups.setdefault(id(plan.rename), []).append((name, plan))
     for group in groups.values():
         matched = set().union(*(plan.matched for _, plan in group))
-        missed = [old for old in group[0][1].rename or {} if old not in matched]
+        rename = group[0][1].rename
+        assert isinstance(rename, Mapping)  # grouped above
+        missed = [old for old in rename if old not in matched]
         if missed:
             names = ", ".join(repr(name) for name, _ in group)
             heads = _heads(path for _, plan in group for path in plan.seen)

@@ -105,7 +105,8 @@ JAX_SCRIPT = textwrap.dedent("""
         reads.append(record.file)
         return original(self, record, verify=verify)
     ShardedReads.shard = shard
-    model = restore_nnx(torch_path, "model", (graphdef, abstract), rename=torch_to_nnx_rename({"0": "hidden", "2": "out"}, transpose=True))
+    rename = torch_to_nnx_rename({"0": "hidden", "2": "out"}, transpose=True)  # names and transposes
+    model = restore_nnx(torch_path, "model", (graphdef, abstract), rename=rename)
     expected = np.load(torch_path + ".expected.npz")
     kernel = model.hidden.kernel.get_value()
     assert kernel.sharding == NamedSharding(mesh, P("x", "y")), kernel.sharding

@@ -14,8 +14,8 @@ import pytest
 from shard_helpers import ThreadRank, ThreadWorld
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedLocation, open_checkpoint, read_component
-from opencheckpoint.errors import ConcurrentModification
 from opencheckpoint.container.directory import DirectorySource
+from opencheckpoint.errors import ConcurrentModification
 from opencheckpoint.restore_layout import PermutedHandle, Source, sources
 from opencheckpoint.sharding import LocalShard, ShardedValue
 
@@ -26,7 +26,8 @@ def four_rank_checkpoint(path: Path) -> Path:
     """A checkpoint of 4 thread ranks, each writing two rows of ``w`` to its own shard file."""
 
     def task(group: ThreadRank) -> Path:
-        rows = ShardedValue((8, 12), "float32", [LocalShard((2 * group.rank, 0), FULL[2 * group.rank: 2 * group.rank + 2])])
+        start = 2 * group.rank
+        rows = ShardedValue((8, 12), "float32", [LocalShard((start, 0), FULL[start: start + 2])])
         return Checkpoint(model={"enc.w": rows, "enc.b": np.arange(3.0)}).save(path, process_group=group)
 
     assert ThreadWorld(4).run(task) == [path] * 4
@@ -83,10 +84,10 @@ def test_a_shard_file_of_the_wrong_size_is_refused_when_first_read(tmp_path: Pat
 def test_a_rename_key_that_matches_nothing_is_an_error_naming_it(tmp_path: Path) -> None:
     path = Checkpoint(model={"module.w": np.arange(3.0)}).save(tmp_path / "c")
     live = {"w": np.zeros(3)}
-    with pytest.raises(IncompatibleComponent, match="rename= key 'inner.' matches no stored key path") as caught:
+    with pytest.raises(IncompatibleComponent, match=r"rename= key 'inner\.' matches no stored key path") as caught:
         Checkpoint(model=live).load(path, rename={"module.": "", "inner.": ""})
     assert "'model'" in str(caught.value) and live["w"].tolist() == [0.0, 0.0, 0.0]
-    with pytest.raises(IncompatibleComponent, match="'inner.'"):
+    with pytest.raises(IncompatibleComponent, match=r"'inner\.'"):
         read_component(path, "model", rename={"inner.": ""})
     # A key that matches in one of the components loaded together is fine.
     Checkpoint(model=live, other={"x": np.zeros(1)}).load(path, components=["model"], rename={"module.": ""})
@@ -99,7 +100,8 @@ def test_a_flat_torch_named_tree_renamed_with_dots_fills_a_nested_sharded_jax_ta
 
     path = four_rank_checkpoint(tmp_path / "c")
     mesh = jax.make_mesh((len(jax.devices()),), ("x",))
-    target = {"encoder": {"kernel": jax.ShapeDtypeStruct((8, 12), np.float32, sharding=NamedSharding(mesh, PartitionSpec("x"))),
+    rows = NamedSharding(mesh, PartitionSpec("x"))
+    target = {"encoder": {"kernel": jax.ShapeDtypeStruct((8, 12), np.float32, sharding=rows),
                           "bias": jax.ShapeDtypeStruct((3,), np.float64)}}
     with jax.enable_x64(True):
         restored = Checkpoint(model=target).load(path, rename={"enc.w": "encoder.kernel", "enc.b": "encoder.bias"})

@@ -125,7 +125,7 @@ def _rank_local_plan_class(base: type[TreePlan]) -> type[TreePlan]:
             self._rank = parent._rank
             self.data = parent.data  # unused: no tag-6 array is planned here
             self.shards = parent.shards
-            self.per_rank = []
+            self.per_rank: list[list[Any]] = []
             self.root = self._node(value, depth, path)
 
         def _array(self, array: np.ndarray, path: str) -> list[Any]:

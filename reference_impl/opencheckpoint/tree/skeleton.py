@@ -127,7 +127,7 @@ def _leaves(node: Any, path: str, written: dict[int, int]) -> Iterator[tuple[str
         if tag == Tag.SHARDED_ARRAY or is_per_rank_node(node):
             return
         if tag == Tag.ARRAY:
-            yield path, written.get(id(node), node[5])
+            yield path, written[id(node)] if id(node) in written else int(node[5])
             return
         if tag == Tag.TUPLE:
             for index, item in enumerate(node[1:]):
