@@ -18,9 +18,27 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 pytest_plugins = ["memory_fixtures"]
 
 _DEVICES = "--xla_force_host_platform_device_count=8"
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICES}".strip()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="also run the long campaigns (tests marked `long`); `make test-long` passes it")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` (the long form of a campaign whose bounded sample stays in ``make test``) are skipped,
+    with the reason named, unless ``--long`` is given."""
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long campaign: run by `make test-long` (pytest --long)")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)
