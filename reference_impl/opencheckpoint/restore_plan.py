@@ -280,6 +280,26 @@ def check_renames(plans: Iterable[tuple[str, RestorePlan]]) -> None:
                 "nothing was restored")
 
 
+def fit_structure(stored: Any, live: Any) -> Any:
+    """A renamed stored tree in the live target's form: dotted keys (``{"encoder.kernel": ...}``, a renamed
+    torch state dict) nested for a nested live dict, a nested tree flattened for a flat live state dict.
+
+    >>> fit_structure({"encoder.kernel": 1}, {"encoder": {"kernel": 0}})
+    {'encoder': {'kernel': 1}}
+    >>> fit_structure({"encoder": {"kernel": 1}}, {"encoder.kernel": 0})
+    {'encoder.kernel': 1}
+    """
+    if not isinstance(stored, dict) or not isinstance(live, dict) or not stored or not live:
+        return stored
+    stored_flat = any(type(k) is str and "." in k for k in stored)
+    live_flat = any(type(k) is str and "." in k for k in live)
+    if stored_flat and not live_flat and any(isinstance(v, dict) for v in live.values()):
+        return unflatten(stored)
+    if live_flat and not stored_flat and any(isinstance(v, dict) for v in stored.values()):
+        return flatten(stored)
+    return stored
+
+
 def flatten(tree: Any) -> dict[str, Any]:
     """Every leaf of a nested tree by its dotted key path (the paths ``rename=`` sees).
 
@@ -401,4 +421,4 @@ class _Build:
         return mapping(items) if kind == "dict" else items
 
 
-__all__ = ["Rename", "Renamer", "RestorePlan", "check_renames", "flatten", "unflatten"]
+__all__ = ["Rename", "Renamer", "RestorePlan", "check_renames", "fit_structure", "flatten", "unflatten"]

@@ -155,3 +155,17 @@ def test_an_error_at_a_shard_record_says_it_is_a_shard_record(tmp_path: Path) ->
                                         r"\$\['enc.w'\]\)") as caught:
         read_component(path, "model")
     assert caught.value.rule == "R-ARR-14"
+
+
+def test_a_renamed_flat_state_fills_a_nested_numpy_target_and_a_nested_state_a_flat_one(tmp_path: Path) -> None:
+    """The tree adapter's side of renames on nested trees: the renamed key paths take the live target's form."""
+    path = four_rank_checkpoint(tmp_path / "c")
+    live = {"encoder": {"kernel": np.zeros((8, 12), np.float32), "bias": np.zeros(3)}}
+    kernel = live["encoder"]["kernel"]
+    Checkpoint(model=live).load(path, rename={"enc.w": "encoder.kernel", "enc.b": "encoder.bias"})
+    assert live["encoder"]["kernel"] is kernel  # filled in place, not replaced by a flat key
+    np.testing.assert_array_equal(kernel, FULL)
+    nested = Checkpoint(model={"dense": {"w": FULL}}).save(tmp_path / "nested")
+    flat = {"0.weight": np.zeros((8, 12), np.float32)}
+    Checkpoint(model=flat).load(nested, rename={"dense.w": "0.weight"})
+    np.testing.assert_array_equal(flat["0.weight"], FULL)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import IncompatibleComponent
+from ..restore_plan import fit_structure
 from ..strict_json import is_json_value
 from . import numpy_rng, registry
 from .component_io import ComponentReader, ComponentWriter
@@ -167,8 +168,10 @@ class TreeAdapter(Adapter):
             return PreparedRestore(apply_numpy)
         # Framework leaves (torch tensors in a plain dict): the live leaf's type decides what
         # each stored array becomes; exact fits are copied into the live tensors in phase 2.
-        conformed = conform(reader.per_rank(reader.tree("numpy"), value), value, map_location=reader.map_location,
-                            in_place=True)
+        stored = reader.tree("numpy")
+        if reader.plan.selects:  # renamed key paths: flat for a flat target, nested for a nested one
+            stored = fit_structure(stored, value)
+        conformed = conform(reader.per_rank(stored, value), value, map_location=reader.map_location, in_place=True)
 
         def apply() -> Any:
             conformed.copy_into_live()
