@@ -20,7 +20,7 @@ from torch.distributed.fsdp import fully_shard
 
 from opencheckpoint import Checkpoint, PerRank
 from opencheckpoint.container.directory import DirectorySource
-from opencheckpoint.interchange import nnx_to_torch_rename
+from opencheckpoint.tools.interchange import nnx_to_torch_rename
 
 #: torch module prefix -> NNX attribute (the MLP below and its NNX twin in the test's JAX script).
 MAPPING = {"0": "hidden", "2": "out"}

@@ -86,7 +86,7 @@ JAX_SCRIPT = textwrap.dedent("""
     from jax.sharding import NamedSharding, PartitionSpec as P
     from opencheckpoint import Checkpoint
     from opencheckpoint.adapters.jax import restore_nnx
-    from opencheckpoint.interchange import torch_to_nnx_rename
+    from opencheckpoint.tools.interchange import torch_to_nnx_rename
 
     class MLP(nnx.Module):
         def __init__(self, rngs):
@@ -99,7 +99,7 @@ JAX_SCRIPT = textwrap.dedent("""
     abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(
         s.shape, s.dtype, sharding=NamedSharding(mesh, P("x", "y") if len(s.shape) == 2 else P("x"))), abstract)
     reads = []
-    from opencheckpoint.sharding.reading import ShardedReads
+    from opencheckpoint.read.sharded import ShardedReads
     original = ShardedReads.shard
     def shard(self, record, *, verify):
         reads.append(record.file)

@@ -12,7 +12,7 @@ import pytest
 from shard_helpers import ThreadRank, ThreadWorld, read_raw
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, NamedTupleValue, PerRank, read_component, validate
-from opencheckpoint.errors import UnsupportedValue
+from opencheckpoint.format.errors import UnsupportedValue
 
 
 def rank_state(rank: int) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from shard_helpers import ThreadRank, ThreadWorld
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedLocation, open_checkpoint, read_component
 from opencheckpoint.container.directory import DirectorySource
-from opencheckpoint.errors import ConcurrentModification
-from opencheckpoint.restore_layout import PermutedHandle, Source, sources
+from opencheckpoint.format.errors import ConcurrentModification
+from opencheckpoint.read.restore_layout import PermutedHandle, Source, sources
 from opencheckpoint.sharding import LocalShard, ShardedValue
 
 FULL = np.arange(96, dtype=np.float32).reshape(8, 12)
@@ -114,7 +114,7 @@ def test_a_source_map_transposes_inside_region_reads_reading_only_the_shards_a_b
     path = four_rank_checkpoint(tmp_path / "c")
     rename = sources({"dense.kernel": Source("enc.w", (1, 0)), "dense.bias": "enc.b"})
     with open_checkpoint(path) as ckpt:
-        from opencheckpoint.restore_plan import RestorePlan
+        from opencheckpoint.read.restore_plan import RestorePlan
 
         tree = RestorePlan(rename=rename).apply(ckpt.tree("model"), "model")
         kernel = tree["dense"]["kernel"] if "dense" in tree else tree["dense.kernel"]

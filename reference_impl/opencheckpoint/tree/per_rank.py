@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import msgpack
 import numpy as np
 
-from ..dtypes import canonical_bools, dtype_name
-from ..errors import CheckpointError
+from ..format.dtypes import canonical_bools, dtype_name
+from ..format.errors import CheckpointError
 from .nodes import Tag
 from .refusals import big_endian, refuse
 from .shard_plan import LocalShard, ShardedValue, ShardPlan
