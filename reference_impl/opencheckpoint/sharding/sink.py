@@ -59,8 +59,10 @@ class RankSink:
     #: Trees planned under this sink belong to a collective save (per-rank values are planned per rank).
     collective = True
 
-    def __init__(self, rank: int, staging: Path, *, durable: bool) -> None:
+    def __init__(self, rank: int, staging: Path, *, durable: bool, world_size: int = 1) -> None:
         self.rank = rank
+        #: The number of ranks of the collective save (:func:`~opencheckpoint.tree.sink.saving_ranks`).
+        self.world_size = world_size
         self.staging = staging
         self.durable = durable
         #: Where this rank's adapters write: the staging directory itself on the coordinator, a private

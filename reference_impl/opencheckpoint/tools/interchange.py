@@ -32,11 +32,12 @@ Examples:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..format.errors import IncompatibleComponent
+from ..format.errors import CheckpointError, IncompatibleComponent
 from ..read.restore_layout import Permuted
 from ..read.restore_plan import RestorePlan, flatten, unflatten
 
@@ -76,6 +77,22 @@ def _layer(spec: str | Layer) -> Layer:
 
 def _nnx_keys(path: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in path.split(".") if part)
+
+
+def _checked(value: Any, key: str) -> Any:
+    """``value``, once a torch tensor passed the save's allowlist
+    (:func:`~opencheckpoint.adapters.torch_dense.check_dense`): a DTensor, a fake, meta or sparse tensor,
+    or a parameter whose ``.data`` was replaced, is refused rather than copied from memory that does not
+    hold its values."""
+    torch = sys.modules.get("torch")  # a torch tensor exists only once torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
+        from ..adapters.torch_dense import check_dense
+
+        try:
+            check_dense(value)
+        except CheckpointError as exc:
+            raise exc.at(field=key) from None
+    return value
 
 
 def _to_nnx_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
@@ -165,6 +182,7 @@ def torch_state_to_nnx(state_dict: Mapping[str, Any], mapping: LayerMapping, *, 
     for key, value in state_dict.items():
         prefix, _, name = key.rpartition(".")
         if prefix in mapping:
+            _checked(value, key)  # the save's tensor allowlist, before any byte is copied
             _check_ndim(_layer(mapping[prefix]).kind, name, len(value.shape), key)
     plan = RestorePlan(rename=_with_conv_axes(torch_to_nnx_rename(mapping, transpose=True), state_dict, True))
     renamed = plan.apply_flat(state_dict, "state dict")
