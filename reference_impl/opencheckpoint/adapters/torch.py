@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -39,11 +40,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..casting import CastRefused
-from ..dtypes import numpy_dtype
-from ..errors import IncompatibleComponent, UnsupportedValue
-from ..restore_hints import suggest
-from ..restore_plan import RestorePlan
+from ..format.dtypes import numpy_dtype
+from ..format.errors import IncompatibleComponent, UnsupportedValue
+from ..read.casting import CastRefused
+from ..read.restore_hints import suggest
+from ..read.restore_plan import RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue
 from .component_io import ComponentReader, ComponentWriter
@@ -67,11 +68,11 @@ from .torch_tensors import (
 def to_tree_value(value: Any) -> Any:
     """Replacement tree value for a torch object, or ``NOT_HANDLED``."""
     if isinstance(value, torch.Tensor):
-        if type(value).__name__ == "DTensor":  # a sharded tensor: this rank's shards (torch.distributed)
+        if _is_dtensor(value):  # a sharded tensor: this rank's shards (torch.distributed), in a collective save
             from .torch_dtensor import to_sharded
 
             return to_sharded(value)
-        return tensor_to_numpy(value)
+        return tensor_to_numpy(value)  # every other tensor: its bytes only if the allowlist proves them its values
     if isinstance(value, torch.dtype):
         return DtypeValue(dtype_name_of(value))
     if isinstance(value, torch.Size):
@@ -82,6 +83,13 @@ def to_tree_value(value: Any) -> Any:
         return tensor_to_numpy(value.get_state())
     return NOT_HANDLED
 
+
+
+def _is_dtensor(value: torch.Tensor) -> bool:
+    """Exactly a ``DTensor`` (a subclass of it is refused by the allowlist); torch.distributed is not imported
+    here: a DTensor exists only once ``torch.distributed.tensor`` is."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and type(value) is module.DTensor
 
 
 # -- live objects ----------------------------------------------------------------------------
@@ -340,7 +348,7 @@ def _version_metadata(state: Any) -> dict[str, Any] | None:
     is written exactly as before versions were kept; loading restores the
     default for every prefix not recorded.
     """
-    from ..strict_json import is_json_value
+    from ..format.strict_json import is_json_value
 
     metadata = getattr(state, "_metadata", None)
     if metadata is None:
