@@ -126,6 +126,9 @@ class ComponentReader:
     #: this process's rank and the number of ranks of the load (:mod:`opencheckpoint.read.per_rank`)
     rank: int = 0
     world_size: int = 1
+    #: what a ``strict="warn"``/``"ignore"`` restore left out (missing, unexpected, mismatched entries), one
+    #: line per kind of problem; the load reports it in ``LoadResult.partial``
+    not_restored: list[str] = field(default_factory=list)
 
     @property
     def record(self) -> Any:
