@@ -48,7 +48,7 @@ from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue
 from .component_io import ComponentReader, ComponentWriter
 from .protocol import Adapter, PreparedRestore
-from .state_dict import read_state, write_state
+from .state_dict import ATTRIBUTES_KEY, StateDictAdapter, read_state, write_state
 from .torch_kept import MapRanges, load_owning
 from .torch_tensors import (
     _VIEWS,
@@ -231,6 +231,11 @@ class ModuleAdapter(Adapter):
         writer.write_tree(dict(state))
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        metadata = reader.record.metadata
+        if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
+            # Saved with an explicit StateDictAdapter(): its layout ({"state", "attributes"}, the state
+            # dict's _metadata kept), which that adapter reads back through the module's load_state_dict.
+            return StateDictAdapter().prepare(value, reader, strict=strict)
         own = value.state_dict()
         if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
             from .torch_dtensor import read_module_state
