@@ -231,10 +231,7 @@ class ModuleAdapter(Adapter):
         writer.write_tree(dict(state))
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
-        metadata = reader.record.metadata
-        if isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None:
-            # Saved with an explicit StateDictAdapter(): its layout ({"state", "attributes"}, the state
-            # dict's _metadata kept), which that adapter reads back through the module's load_state_dict.
+        if _saved_by_state_dict_adapter(reader):
             return StateDictAdapter().prepare(value, reader, strict=strict)
         own = value.state_dict()
         if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
@@ -292,6 +289,14 @@ class ModuleAdapter(Adapter):
                               + "; ".join(problems), stacklevel=5)
 
         return PreparedRestore(apply)
+
+
+def _saved_by_state_dict_adapter(reader: ComponentReader) -> bool:
+    """Whether the module was saved with an explicit ``StateDictAdapter()``: its layout (``{"state",
+    "attributes"}``, the state dict's ``_metadata`` kept), read back by that adapter through the module's
+    own ``load_state_dict``."""
+    metadata = reader.record.metadata
+    return isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None
 
 
 def _loader(module: torch.nn.Module, *, strict: bool) -> Callable[[Any], None]:
