@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import open_checkpoint, read_component, validate
-from opencheckpoint.errors import (
+from opencheckpoint.format.errors import (
     ArrayLayoutError,
     CheckpointError,
     IntegrityError,
@@ -22,7 +22,7 @@ from opencheckpoint.errors import (
     TreeError,
     UnsupportedVersion,
 )
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.sharding import check_tiling, intersect, slices_to_region
 from opencheckpoint.testing.sharded import DataFiles, write_checkpoint
 
@@ -247,7 +247,7 @@ def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path:
 @pytest.mark.parametrize("seed", range(8))
 def test_the_corner_sum_the_sweep_and_a_cell_count_agree_on_tilings(seed: int) -> None:
     """tiles() (corner sums, and its sweep fallback) against counting the covers of every cell."""
-    from opencheckpoint.sharding import tiling
+    from opencheckpoint.rules import tiling
 
     rng = np.random.default_rng(seed)
     shape = (4, 5, 3)
