@@ -241,6 +241,9 @@ class ModuleAdapter(Adapter):
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         if _saved_by_state_dict_adapter(reader):
             return StateDictAdapter().prepare(value, reader, strict=strict)
+        return self._prepare_module(value, reader, strict=strict)
+
+    def _prepare_module(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         own = value.state_dict()
         if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
             from .torch_dtensor import read_module_state
