@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, ComponentWriter, resolve_adapter
+from .adapters.base import Adapter, ComponentWriter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .container.publish import fault_point
@@ -144,9 +144,13 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._components
 
-    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS) -> Adapter:
+    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS, stored_kind: str | None = None) -> Adapter:
         value, adapter = self._components[name]
         chosen = options.adapter or adapter or resolve_adapter(value, self._adapters)
+        if chosen is not options.adapter and chosen is not adapter and stored_kind is not None:
+            # A plain dict or list picks json or tree by what it holds now (an empty one: json); what was
+            # stored decides on load, so a dict saved holding a tensor loads into {} (seed API).
+            chosen = stored_kind_adapter(value, chosen, stored_kind)
         if options.has_method_args and not chosen.takes_method_args:
             raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
                             "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "
@@ -438,7 +442,9 @@ class Checkpoint:
         live = {name: self._components[name][0] for name in requested}
         with agreement(collective) as passed, CheckpointReader(path) as reader:
             result = loading.new_result(reader, requested, path)
-            plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
+            stored = reader.components
+            plan = loading.plan_loads(stored, live, lambda n, o: self._adapter(n, o, stored[n].kind), options,
+                                      modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
                 ranks = (collective.rank, collective.world_size) if collective is not None else process_rank()

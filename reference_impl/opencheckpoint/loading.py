@@ -67,12 +67,16 @@ logger = logging.getLogger("opencheckpoint")
 
 
 def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
-    """The producer's recorded package versions against this runtime's: the table, and whether any differs."""
+    """The producer's recorded package versions against this runtime's: the table, and whether any differs.
+
+    The library's own version (``opencheckpoint``) is compared like every other package, as the seed
+    compares its own (torchrl's): a checkpoint written by another release reports skew (logged, not fatal).
+    """
     runtime = runtime_environment()
     table = {
         name: {"checkpoint": value, "runtime": runtime[name], "matches": value == runtime[name]}
         for name, value in (recorded or {}).items()
-        if name in runtime and name != "opencheckpoint"
+        if name in runtime
     }
     return table, any(not row["matches"] for row in table.values())
 

@@ -76,6 +76,7 @@ __all__ = [
     "read_state",
     "register_adapter",
     "resolve_adapter",
+    "stored_kind_adapter",
     "write_state",
 ]
 
@@ -222,6 +223,22 @@ def _lookup(registry: list[tuple[type, Adapter]], value: Any) -> Adapter | None:
         if isinstance(value, component_type):
             return adapter
     return None
+
+
+def stored_kind_adapter(value: Any, chosen: Adapter, stored_kind: str) -> Adapter:
+    """The adapter for loading a plain dict or list: :class:`TreeAdapter` or :class:`JsonAdapter` as the
+    component was stored, whichever of the two :func:`resolve_adapter` picked from the live value.
+
+    >>> type(stored_kind_adapter({}, JsonAdapter(), "tree")).__name__
+    'TreeAdapter'
+    """
+    if type(value) not in (dict, list) or type(chosen) not in (JsonAdapter, TreeAdapter):
+        return chosen
+    if stored_kind == "tree" and type(chosen) is JsonAdapter:
+        return TreeAdapter()
+    if stored_kind == "json" and type(chosen) is TreeAdapter:
+        return JsonAdapter()
+    return chosen
 
 
 def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | None = None) -> Adapter:
