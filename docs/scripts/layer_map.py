@@ -73,7 +73,11 @@ PENDING_TOP_LEVEL = ("saving", "async_save", "snapshot", "rotation", "rotation_p
                      "manifest_builder", "progress")
 #: Import cycles still expected: checkpoint <-> async_save <-> snapshot is the write side's (one save
 #: pipeline, issue 21 item 0; owner: the save-pipeline engineer). The lead removes it after that merge.
-EXPECTED_CYCLES = [[f"{ROOT}.async_save", f"{ROOT}.checkpoint", f"{ROOT}.snapshot"]]
+EXPECTED_CYCLES = [[f"{ROOT}.async_save", f"{ROOT}.checkpoint", f"{ROOT}.snapshot"],
+                   # tree/per_rank.py (PerRank, issue 25; owner: the sharded-restore engineer) names
+                   # encode.TreePlan under TYPE_CHECKING while encode imports it: arrived with main at the
+                   # last merge of the layers branch; to be broken (a planner protocol) and dropped here.
+                   [f"{ROOT}.tree.encode", f"{ROOT}.tree.per_rank"]]
 #: Upward edges still expected: the same write-side cycle's two edges into checkpoint (same owner).
 EXPECTED_UPWARD = [(f"{ROOT}.async_save", f"{ROOT}.checkpoint"), (f"{ROOT}.snapshot", f"{ROOT}.checkpoint")]
 #: Modules outside adapters/ that may import torch/JAX (lazily): the examples train torch and Flax models,

@@ -37,8 +37,10 @@ def error_line(exc: CheckpointError) -> str:
 
 
 def capabilities() -> dict[str, Any]:
-    """The capabilities object (R-RDR-9): the reference implementation skips nothing."""
-    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {}}
+    """The capabilities object (R-RDR-9): the reference implementation skips nothing and implements the
+    opt-in capability ``sharding`` (format version 2, spec §S.8)."""
+    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {},
+            "implements": ["sharding"]}
 
 
 def dumps(document: Any) -> str:
