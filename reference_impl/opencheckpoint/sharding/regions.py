@@ -11,7 +11,7 @@ of its global shape; a region read asks for one.
 >>> check_tiling((4,), [((0,), (2,)), ((3,), (1,))])
 Traceback (most recent call last):
 ...
-opencheckpoint.format.errors.ArrayLayoutError: ArrayLayoutError: $: the shard regions leave 1 of 4 elements uncovered (a gap) [R-SHD-11]
+opencheckpoint.format.errors.ArrayLayoutError: ArrayLayoutError: $: the distinct shard regions hold 3 of the 4 elements: at least 1 uncovered (a gap) [R-SHD-11]
 """  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
