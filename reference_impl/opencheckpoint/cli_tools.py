@@ -8,8 +8,10 @@ import sys
 from typing import Any
 
 from .cli_output import output_console
+from .errors import TargetExists
 
-_EPILOG = "exit codes: 0 success, 1 invalid or unreadable input, 2 usage error"
+_EPILOG = ("exit codes: 0 success, 1 invalid or unreadable input, or a target that exists (without --overwrite) "
+           "or is not what the command writes, 2 usage error")
 _DIFF_EPILOG = ("exit codes: 0 the checkpoints are equal, 1 they differ, 2 usage error or a checkpoint cannot be "
                 "read")
 
@@ -23,11 +25,23 @@ def _human(size: int) -> str:
     return f"{value:.1f} TiB"
 
 
+def refused_target(exc: TargetExists, overwrite: bool) -> int:
+    """The one line a refused target prints (what is there, and ``--overwrite`` when it would help); exit 1."""
+    message = exc.message.replace("overwrite=False", "--overwrite was not given")
+    hint = "" if overwrite or "--overwrite" not in message else " (pass --overwrite to replace it)"
+    print(f"error: {exc.file}: refused to write there: {message}{hint}", file=sys.stderr)
+    return 1
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from .converters import convert
 
-    path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
-                   split=args.split, step=args.step, progress=True)  # a bar on a terminal only
+    try:
+        path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
+                       split=args.split, step=args.step, progress=True,  # a bar on a terminal only
+                       overwrite=args.overwrite)
+    except TargetExists as exc:
+        return refused_target(exc, args.overwrite)
     output_console().print(f"converted {args.src} -> {path}", markup=False)
     return 0
 
@@ -35,8 +49,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .converters import export
 
-    result = export(args.src, args.dst, to=args.to, component=args.component,
-                    progress=not args.json)  # a bar on a terminal only
+    try:
+        result = export(args.src, args.dst, to=args.to, component=args.component,
+                        progress=not args.json, overwrite=args.overwrite)  # a bar on a terminal only
+    except TargetExists as exc:
+        return refused_target(exc, args.overwrite)
     if args.json:
         print(json.dumps({"path": str(result.path), "tensors": result.tensors, "values": result.values,
                           "skipped": result.skipped}, indent=2))
@@ -110,6 +127,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     """Add ``convert``, ``export``, ``diff`` and ``ls`` to the ``opencheckpoint`` command line."""
+    _add_writers(commands)
+    _add_readers(commands)
+
+
+def _add_writers(commands: Any) -> None:
+    """``convert`` and ``export``: the commands that write a checkpoint or a file."""
     convert = commands.add_parser(
         "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint", epilog=_EPILOG,
         description="Convert SRC (a torch.save file, a safetensors file, a torchrl Checkpoint directory or "
@@ -126,6 +149,9 @@ def add_commands(commands: Any) -> None:
     convert.add_argument("--split", action="store_true",
                          help="torch: one component per top-level key of the saved dict")
     convert.add_argument("--step", type=int, help="orbax CheckpointManager directory: the step (default: newest)")
+    convert.add_argument("--overwrite", action="store_true",
+                         help="replace a checkpoint at DST (without it an existing DST is refused; anything at DST "
+                         "that is not a checkpoint is always refused)")
     convert.set_defaults(run=cmd_convert)
 
     export = commands.add_parser(
@@ -140,8 +166,14 @@ def add_commands(commands: Any) -> None:
     export.add_argument("--component", metavar="NAME",
                         help="export this component only, names without the component prefix")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export at DST (a file of the --to format); anything else at DST "
+                        "is always refused")
     export.set_defaults(run=cmd_export)
 
+
+def _add_readers(commands: Any) -> None:
+    """``diff`` and ``ls``."""
     diff = commands.add_parser(
         "diff", help="compare two checkpoints", epilog=_DIFF_EPILOG,
         description="Components and arrays added, removed or changed (dtype, shape, max abs/rel difference "

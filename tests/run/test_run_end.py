@@ -74,13 +74,14 @@ def run_child(tmp_path: Path, run_dir: Path, mode: str, total: int, stop_at: int
     return lines
 
 
-@pytest.mark.parametrize(("mode", "signum"), [("best", signal.SIGTERM), ("last", signal.SIGINT),
-                                              ("best-async", signal.SIGTERM), ("last-async", signal.SIGINT)])
+@pytest.mark.parametrize(("mode", "signame"), [("best", "SIGTERM"), ("last", "SIGINT"),
+                                               ("best-async", "SIGTERM"), ("last-async", "SIGINT")])
 def test_signal_stopped_run_saves_its_step_with_metadata_and_resumes_there(
-        tmp_path: Path, mode: str, signum: int) -> None:
+        tmp_path: Path, mode: str, signame: str) -> None:
+    signum = signal.Signals[signame]
     run_dir = tmp_path / "run"
     first = run_child(tmp_path, run_dir, mode, total=40, stop_at=23, signum=signum)
-    assert first[-1] == {"stopped": signal.Signals(signum).name, "step": 23}
+    assert first[-1] == {"stopped": signame, "step": 23}
     latest = Rotation(run_dir).latest()
     assert latest is not None and latest.name == "checkpoint-000000000023"
     metadata = manifest(latest)["metadata"]
@@ -99,12 +100,11 @@ def test_signal_stopped_run_saves_its_step_with_metadata_and_resumes_there(
 def test_final_save_without_any_metric_is_written_with_a_warning(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     state = {"w": np.zeros(2)}
-    with caplog.at_level(logging.WARNING, "opencheckpoint.run"):
-        with RunCheckpointer(Checkpoint(state=state), tmp_path / "run", interval=10,
-                             keep_best=("loss", "min")) as run:
-            for step in range(1, 6):  # no scheduled save yet, and no metric passed
-                state["w"] += 1
-                run.save(step)
+    run = RunCheckpointer(Checkpoint(state=state), tmp_path / "run", interval=10, keep_best=("loss", "min"))
+    with caplog.at_level(logging.WARNING, "opencheckpoint.run"), run:
+        for step in range(1, 6):  # no scheduled save yet, and no metric passed
+            state["w"] += 1
+            run.save(step)
     assert run.last_saved_step == 5
     assert "no finite 'loss'" in caplog.text
     rotation = Rotation(tmp_path / "run", keep_best=("loss", "min"))

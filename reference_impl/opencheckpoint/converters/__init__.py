@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from ..checkpoint import Checkpoint, CheckpointFormat
+from ..container.target import check_replaceable
 from ..errors import CheckpointError
 from ..location import local_path
 from ..progress import ProgressArg
@@ -108,6 +109,7 @@ def convert(
     step: int | None = None,
     metadata: dict[str, Any] | None = None,
     progress: ProgressArg = None,
+    overwrite: bool = True,
 ) -> Path:
     """Convert a foreign checkpoint at ``src`` into an OpenCheckpoint checkpoint at ``dst``; return ``dst``.
 
@@ -120,14 +122,19 @@ def convert(
         step: orbax ``CheckpointManager`` directories only: the step to convert (default: newest).
         metadata: extra manifest metadata (merged over what the converter records).
         progress: of the write: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``.
+        overwrite: as :meth:`Checkpoint.save`: whether a checkpoint at ``dst`` may be replaced. Anything
+            else there is never replaced. Checked before ``src`` is read (:class:`TargetExists`).
 
     The manifest metadata records ``converted_from`` (format, file name and
     what the source recorded). A ``torch.save`` file is read with
     ``weights_only=True``: a file that needs full unpickling is refused with
     :class:`ConversionError`, which explains what to do.
     """
+    target = local_path(dst)
+    check_replaceable(target, overwrite=overwrite)  # before a large source is read, not after
     foreign = read_foreign(src, source, component=component, split=split, step=step)
     checkpoint = Checkpoint(format=format)
     for name, value in foreign.components.items():
         checkpoint.register(name, value, adapter=foreign.adapters.get(name))
-    return checkpoint.save(local_path(dst), metadata={**foreign.metadata, **(metadata or {})}, progress=progress)
+    return checkpoint.save(target, metadata={**foreign.metadata, **(metadata or {})}, progress=progress,
+                           overwrite=overwrite)
