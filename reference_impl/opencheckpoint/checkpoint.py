@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, ComponentWriter, resolve_adapter
+from .adapters.base import Adapter, ComponentWriter, DumpLoadAdapter, resolve_adapter
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .casting import CastPolicy
 from .collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
@@ -143,9 +143,14 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._components
 
-    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS) -> Adapter:
+    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS, stored_kind: str | None = None) -> Adapter:
         value, adapter = self._components[name]
         chosen = options.adapter or adapter or resolve_adapter(value, self._adapters)
+        if (stored_kind == "files" and chosen.kind != "files" and options.adapter is None and adapter is None
+                and callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None))):
+            # Stored by dump/load (a torchrl replay buffer, converted): an object that has both state_dict and
+            # dump/load is saved as a tree here, but reads such a component back through its own load().
+            chosen = DumpLoadAdapter()
         if options.has_method_args and not chosen.takes_method_args:
             raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
                             "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "

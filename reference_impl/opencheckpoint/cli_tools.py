@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import Any
 
 from .cli_output import output_console
@@ -34,14 +35,18 @@ def refused_target(exc: TargetExists, overwrite: bool) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .converters import convert
+    from .converters import ConversionWarning, convert
 
     try:
-        path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
-                       split=args.split, step=args.step, progress=True,  # a bar on a terminal only
-                       overwrite=args.overwrite)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConversionWarning)
+            path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
+                           split=args.split, step=args.step, progress=True,  # a bar on a terminal only
+                           overwrite=args.overwrite)
     except TargetExists as exc:
         return refused_target(exc, args.overwrite)
+    for warning in caught:  # what was left out, one line each (also in the manifest: converted_from)
+        print(f"not converted: {warning.message}", file=sys.stderr)
     output_console().print(f"converted {args.src} -> {path}", markup=False)
     return 0
 
@@ -136,8 +141,9 @@ def _add_writers(commands: Any) -> None:
     convert = commands.add_parser(
         "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint", epilog=_EPILOG,
         description="Convert SRC (a torch.save file, a safetensors file, a torchrl Checkpoint directory or "
-        "archive, or an orbax checkpoint directory) into an OpenCheckpoint checkpoint at DST. torch files are "
-        "read with weights_only=True: no code in them runs.")
+        "archive or rotation directory, or an orbax checkpoint directory, nnx_ppo's step_* layout included) "
+        "into an OpenCheckpoint checkpoint at DST. torch files are read with weights_only=True: no code in them "
+        "runs; pickles beside the arrays (prefetch.pkl, metadata.pkl) are left out and listed.")
     convert.add_argument("src", metavar="SRC")
     convert.add_argument("dst", metavar="DST")
     convert.add_argument("--from", dest="source", choices=["torch", "safetensors", "torchrl", "orbax"],
@@ -148,7 +154,8 @@ def _add_writers(commands: Any) -> None:
                          help="component name for torch/safetensors files (model) and orbax items (state)")
     convert.add_argument("--split", action="store_true",
                          help="torch: one component per top-level key of the saved dict")
-    convert.add_argument("--step", type=int, help="orbax CheckpointManager directory: the step (default: newest)")
+    convert.add_argument("--step", type=int, help="a run directory (orbax CheckpointManager, nnx_ppo step_* "
+                         "folders, torchrl rotation): the step to convert (default: newest)")
     convert.add_argument("--overwrite", action="store_true",
                          help="replace a checkpoint at DST (without it an existing DST is refused; anything at DST "
                          "that is not a checkpoint is always refused)")

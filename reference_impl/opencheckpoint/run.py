@@ -45,6 +45,9 @@ logger = logging.getLogger("opencheckpoint.run")
 
 #: The component :meth:`RunCheckpointer.restore` leaves alone unless ``overwrite_config=True``.
 CONFIG = "config"
+#: The components :class:`RunCheckpointer` restores only if a checkpoint has them, unless ``optional=`` says
+#: otherwise (torchrl's default: a run resumed from a checkpoint saved without its logger or buffer).
+DEFAULT_OPTIONAL = ("logger", "replay_buffer")
 #: The rotation's file name prefix when none is given.
 DEFAULT_PREFIX = "checkpoint"
 
@@ -83,7 +86,8 @@ class RunCheckpointer:
         interval: save when at least this many steps passed since the last save.
         keep_last, keep_best: the :class:`Rotation` policy.
         exclude: components never saved (e.g. a replay buffer rebuilt on resume).
-        optional: components restored only if the checkpoint has them.
+        optional: components restored only if the checkpoint has them; default
+            :data:`DEFAULT_OPTIONAL` (``logger`` and ``replay_buffer``, as in torchrl), those of them registered.
         resume_path: a checkpoint or run directory to resume from; default: ``directory``'s latest.
         overwrite_config: whether :meth:`restore` restores the component named
             ``"config"``. Default ``False``: the configuration the script was
@@ -129,7 +133,7 @@ class RunCheckpointer:
         interval: int,
         keep_last: int = 3,
         exclude: Collection[str] = (),
-        optional: Collection[str] = (),
+        optional: Collection[str] | None = None,
         resume_path: PathArg | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
         overwrite_config: bool = False,
@@ -137,6 +141,8 @@ class RunCheckpointer:
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
+        if optional is None:
+            optional = [name for name in DEFAULT_OPTIONAL if name in checkpoint.components]
         unknown = (set(exclude) | set(optional)) - set(checkpoint.components)
         if unknown:
             raise KeyError(f"exclude/optional name unregistered components: {sorted(unknown)}")
