@@ -144,13 +144,14 @@ def _restore_pytree(path: Path) -> Any:
 
 def unwrap_variables(tree: Any) -> Any:
     """A Flax NNX state as orbax stores it (each variable a ``{"value": array}`` dict) with the ``value`` level
-    removed, so its paths are those of ``nnx.state(module)`` and it loads into the module; any other tree as is.
+    removed and its integer keys (``"0"``: a tuple's items, a list of layers) integers again, so its paths are
+    those of ``nnx.state(module)`` and it loads into the module; any other tree as is.
 
     A tree is an NNX state to this test when every leaf sits alone under a ``value`` key (empty containers,
     such as an optimizer's empty states, aside) and there is at least one.
 
-    >>> unwrap_variables({"linear": {"kernel": {"value": 1}, "bias": {"value": 2}}, "opt": [{"value": 3}, []]})
-    {'linear': {'kernel': 1, 'bias': 2}, 'opt': [3, []]}
+    >>> unwrap_variables({"linear": {"kernel": {"value": 1}, "bias": {"value": 2}}, "opt": {"0": {"value": 3}}})
+    {'linear': {'kernel': 1, 'bias': 2}, 'opt': {0: 3}}
     >>> unwrap_variables({"kernel": {"value": 1}, "step": 3})
     {'kernel': {'value': 1}, 'step': 3}
     """
@@ -185,7 +186,9 @@ def _unwrap(node: Any) -> Any:
     if _is_wrapped(node):
         return node["value"]
     if isinstance(node, dict):
-        return {key: _unwrap(child) for key, child in node.items()}
+        # orbax writes the integer keys of a state (a tuple's items, a list of layers) as "0", "1", ...
+        numbered = all(isinstance(key, str) and key.isdigit() and key == str(int(key)) for key in node)
+        return {int(key) if numbered else key: _unwrap(child) for key, child in node.items()}
     return type(node)(_unwrap(child) for child in node) if isinstance(node, (list, tuple)) else node
 
 
