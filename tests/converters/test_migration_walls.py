@@ -93,8 +93,10 @@ def test_nnx_ppo_step_layout_converts_and_loads_into_the_module(tmp_path: Path) 
     nnx = pytest.importorskip("flax.nnx")
     import jax
 
+    optax = pytest.importorskip("optax")
     model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
-    optimizer_state = {"step": nnx.OptState(np.int32(7)), "mu": {"kernel": nnx.OptState(np.ones((3, 2)))}}
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    optimizer.update(model, nnx.state(model, nnx.Param))  # a step: count 1, moments non-zero
     run_dir = tmp_path / "nnx-run"
     marker = tmp_path / "unpickled"
     for step in (100, 200):  # what make_checkpoint_fn writes: networks/, optimizer/ (orbax), metadata.pkl
@@ -102,7 +104,7 @@ def test_nnx_ppo_step_layout_converts_and_loads_into_the_module(tmp_path: Path) 
         step_dir.mkdir(parents=True)
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save((step_dir / "networks").absolute(), nnx.state(model))
-            checkpointer.save((step_dir / "optimizer").absolute(), nnx.State(optimizer_state))
+            checkpointer.save((step_dir / "optimizer").absolute(), nnx.state(optimizer))
         (step_dir / "metadata.pkl").write_bytes(pickle.dumps({"step": step, "trap": _Tripwire(marker)}))
     result = cli("convert", run_dir, tmp_path / "ckpt")
     assert result.returncode == 0, result.stderr
@@ -112,9 +114,13 @@ def test_nnx_ppo_step_layout_converts_and_loads_into_the_module(tmp_path: Path) 
     assert validate(out).ok
     converted_from = manifest(out)["metadata"]["converted_from"]
     assert converted_from["step"] == 200 and "metadata.pkl" in converted_from["not_converted"]
-    assert read_component(out, "optimizer")["step"] == 7  # no ".value" level
+    assert read_component(out, "optimizer")["step"] == 1  # no "value" level
     fresh = nnx.Linear(3, 2, rngs=nnx.Rngs(1))
-    assert Checkpoint(networks=fresh).load(out).loaded == {"networks"}
+    fresh_optimizer = nnx.Optimizer(fresh, optax.adam(1e-3), wrt=nnx.Param)
+    assert Checkpoint(networks=fresh, optimizer=fresh_optimizer).load(out).loaded == {"networks", "optimizer"}
     assert np.array_equal(np.asarray(fresh.kernel[...]), np.asarray(model.kernel[...]))
     assert jax.numpy.array_equal(fresh.bias[...], model.bias[...])
+    assert int(fresh_optimizer.step[...]) == 1
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda x, y: bool(jax.numpy.array_equal(x, y)), nnx.state(fresh_optimizer), nnx.state(optimizer)))
     assert os.listdir(run_dir) == sorted(os.listdir(run_dir))  # the source is left as it was
