@@ -23,7 +23,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory ts-build; \
 	else echo "note: node/npm not found; the TypeScript implementation and the viewer are not built"; fi
-	$(PY) -m opencheckpoint.demo
+	$(PY) -m opencheckpoint.examples.demo
 
 # The suite spread over the cores (pytest-xdist; TEST_WORKERS=0 runs it in one process), then the TypeScript
 # suites; the wall time is printed at the end. Long campaigns (tests marked `long`) are skipped here and run by

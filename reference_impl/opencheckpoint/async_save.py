@@ -13,7 +13,7 @@ Rules this module owns:
   ``max_pending_bytes`` (argument, else :data:`MAX_PENDING_BYTES`; ``None``:
   no cap): a save whose snapshot would exceed it waits for earlier saves to
   finish; a snapshot larger than the cap on its own raises
-  :class:`~opencheckpoint.errors.LimitExceeded` before anything is copied.
+  :class:`~opencheckpoint.format.errors.LimitExceeded` before anything is copied.
 * **Exit.** The writer threads are not daemons: a normal interpreter exit
   (end of script, ``sys.exit``, an uncaught exception, ``KeyboardInterrupt``)
   finishes every save in flight: a threading exit hook waits for them before
@@ -35,9 +35,9 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import LimitExceeded
+from .format.errors import LimitExceeded
+from .format.producer import checked_metadata, default_producer, utc_timestamp
 from .location import local_path
-from .producer import checked_metadata, default_producer, utc_timestamp
 from .progress import ProgressArg, reporting
 from .progress import check as check_progress
 from .snapshot import Snapshot, record

@@ -25,22 +25,22 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import loading
 from .adapters.base import Adapter, ComponentWriter, DumpLoadAdapter, resolve_adapter
+from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .async_save import SaveHandle, save_in_background, wait_for_target
-from .casting import CastPolicy
-from .collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .container.publish import fault_point
 from .container.staged import StagedCheckpoint
-from .errors import CheckpointError, UnsupportedLocation, UnsupportedValue
+from .format.errors import CheckpointError, UnsupportedLocation, UnsupportedValue
+from .format.paths import check_segment
+from .format.producer import checked_metadata
 from .loading import LoadResult
 from .location import PathArg, resolve_location
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
-from .paths import check_segment
-from .probe import is_checkpoint, manifest
-from .producer import checked_metadata
 from .progress import ProgressArg, files_bytes, reporting
-from .reader import CheckpointReader
+from .read.casting import CastPolicy
+from .read.probe import is_checkpoint, manifest
+from .read.reader import CheckpointReader
+from .read.restore_plan import Rename, RestorePlan
 from .remote.fspath import FsPath
-from .restore_plan import Rename, RestorePlan
 from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
 from .sharding.agreement import agreement
 from .sharding.collective import Collective
@@ -252,7 +252,7 @@ class Checkpoint:
                     given: Mapping[str, Any], collective: Collective | None, progress: ProgressArg) -> None:
         """The checked save of ``names`` to a local ``target``: planned (``progress``), by this process alone,
         or as one rank of a collective save. A publication race lost to another writer raises
-        :class:`~opencheckpoint.errors.ConcurrentModification`."""
+        :class:`~opencheckpoint.format.errors.ConcurrentModification`."""
         if progress:  # the total must be known up front: every component is planned, then written
             if collective is not None:
                 raise UnsupportedValue("progress= is not supported in a collective (multi-rank) save",

@@ -29,10 +29,11 @@ from .container.debris import (
 )
 from .container.publish import clean_debris, remove_tree
 from .container.target import check_deletable, is_empty_directory
-from .errors import CheckpointError, IncompatibleComponent, NotACheckpoint
+from .format.errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from .location import PathArg, resolve_location
 from .progress import ProgressArg
-from .reader import CheckpointReader
+from .read.reader import CheckpointReader
+from .read.validate import validate
 from .rotation_policy import (
     ARCHIVE_SUFFIX,
     ROTATION_KEY,
@@ -46,7 +47,6 @@ from .rotation_policy import (
     save_metadata,
 )
 from .rotation_state import ensure_identity, locked, read_state, record_failures
-from .validate import validate
 
 logger = logging.getLogger("opencheckpoint.run")
 

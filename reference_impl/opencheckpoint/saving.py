@@ -5,7 +5,7 @@ in this process alone, through a staging directory (:func:`save_staged`), or as 
 rank of a collective save (:func:`save_as_rank`), whose arguments every rank must
 pass alike (:func:`collective_arguments`). A rename that meets another writer's
 checkpoint is that writer's win, reported as
-:class:`~opencheckpoint.errors.ConcurrentModification` (:func:`lost_races`).
+:class:`~opencheckpoint.format.errors.ConcurrentModification` (:func:`lost_races`).
 Which components and adapters a save writes stays with the
 :class:`~opencheckpoint.Checkpoint` that holds them.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .container.staged import StagedCheckpoint
-from .errors import ConcurrentModification, UnsupportedValue
+from .format.errors import ConcurrentModification, UnsupportedValue
+from .format.producer import default_producer, utc_timestamp
 from .manifest_builder import manifest_body
-from .producer import default_producer, utc_timestamp
 from .sharding.collective import Collective
 from .sharding.collective_save import save_collective
 

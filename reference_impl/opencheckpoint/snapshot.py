@@ -31,8 +31,8 @@ import numpy as np
 
 from .adapters.base import Adapter, ComponentWriter
 from .adapters.frameworks import convert_leaf
-from .errors import CheckpointError
-from .limits import ALIGNMENT
+from .format.errors import CheckpointError
+from .format.limits import ALIGNMENT
 from .options import CheckpointOptions
 from .progress import ProgressArg, check, reporting
 from .tree.encode import TreePlan

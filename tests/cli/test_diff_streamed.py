@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IntegrityError, diff
-from opencheckpoint.array_streams import CHUNK_BYTES
+from opencheckpoint.read.array_streams import CHUNK_BYTES
 
 
 def test_streamed_report_matches_whole_array_semantics(tmp_path: Path) -> None:

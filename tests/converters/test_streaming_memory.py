@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from opencheckpoint import diff, open_checkpoint, validate
-from opencheckpoint.converters import convert
+from opencheckpoint.tools.converters import convert
 
 MIB = 1 << 20
 BIG_ARRAYS = 48
@@ -127,7 +127,7 @@ def test_diff_of_two_large_checkpoints_streams(sources: dict[str, Path]) -> None
 
 def test_a_source_file_that_shrinks_during_the_save_is_an_error(tmp_path: Path) -> None:
     from opencheckpoint import Checkpoint
-    from opencheckpoint.errors import ConcurrentModification
+    from opencheckpoint.format.errors import ConcurrentModification
     from opencheckpoint.tree.file_array import FileArray
 
     source = tmp_path / "raw.bin"

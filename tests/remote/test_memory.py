@@ -26,13 +26,13 @@ from opencheckpoint import (
     read_component,
     validate,
 )
-from opencheckpoint.cli import main
+from opencheckpoint.cli.main import main
 from opencheckpoint.container import publish as local_publish
 from opencheckpoint.container.debris import machine_token
-from opencheckpoint.errors import ConcurrentModification
-from opencheckpoint.inspect import describe
+from opencheckpoint.format.errors import ConcurrentModification
 from opencheckpoint.remote import FsPath
-from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.tools.inspect import describe
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -273,8 +273,8 @@ def test_local_urls_and_filesystems_keep_the_local_rename(tmp_path: Any) -> None
 def test_async_save_on_a_remote_rotation_is_refused_clearly_before_any_write() -> None:
     import fsspec
 
-    from opencheckpoint.errors import UnsupportedLocation
-    from opencheckpoint.run import RunCheckpointer
+    from opencheckpoint.format.errors import UnsupportedLocation
+    from opencheckpoint.run.checkpointer import RunCheckpointer
 
     with pytest.raises(UnsupportedLocation, match="async_save=True needs a local directory"):
         RunCheckpointer(Checkpoint(w={"a": np.arange(3.0)}), "memory://async-refused/run", 1, async_save=True)

@@ -13,7 +13,7 @@ import pytest
 
 from opencheckpoint import Checkpoint, IntegrityError, validate
 from opencheckpoint.rotation_state import STATE_NAME
-from opencheckpoint.run import ROTATION_KEY, Rotation, RunCheckpointer
+from opencheckpoint.run.checkpointer import ROTATION_KEY, Rotation, RunCheckpointer
 
 
 def listing(directory: Path) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from opencheckpoint import Checkpoint, NotACheckpoint
 from opencheckpoint.rotation_state import STATE_NAME
-from opencheckpoint.run import Rotation, resolve_checkpoint_path
+from opencheckpoint.run.checkpointer import Rotation, resolve_checkpoint_path
 
 
 def names(paths: list[Path]) -> list[str]:

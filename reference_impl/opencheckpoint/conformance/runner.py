@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cli_tools import refused_target
-from ..errors import TargetExists
-from ..output_file import check_output_file, write_output_file
+from ..cli.tools import refused_target
+from ..format.errors import TargetExists
+from ..tools.output_file import check_output_file, write_output_file
 from .canonical import first_difference, is_complete, render_checkpoint, writer_view
 from .models import READER_ONLY, CapabilitiesModel, CaseModel
 from .report import Outcome as Outcome
@@ -279,7 +279,7 @@ def run_writer_case(case: Case, command: Command, skip: dict[str, str], workdir:
         outcome.status = "fail"
         outcome.detail = f"write failed (exit {done.returncode}): {_first_line(done.stderr)}"
         return outcome
-    from ..errors import CheckpointError
+    from ..format.errors import CheckpointError
 
     try:
         written = render_checkpoint(out)

@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 from ..checkpoint import Checkpoint, CheckpointFormat, LoadResult
 from ..container.debris import STALE_AFTER_S, process_running, process_token
-from ..errors import CheckpointError, IncompatibleComponent, NotACheckpoint, TargetExists, UnsupportedLocation
+from ..format.errors import CheckpointError, IncompatibleComponent, NotACheckpoint, TargetExists, UnsupportedLocation
 from ..location import PathArg, resolve_location
-from ..reader import CheckpointReader
+from ..read.reader import CheckpointReader
+from ..read.validate import validate
 from ..rotation_policy import (
     ARCHIVE_SUFFIX,
     ROTATION_KEY,
@@ -46,7 +47,6 @@ from ..rotation_policy import (
     save_metadata,
 )
 from ..rotation_state import STATE_NAME
-from ..validate import validate
 from .failures import is_storage_error, storage_error
 from .fspath import FsPath
 from .publish import clean_remote_debris, delete_remote_checkpoint

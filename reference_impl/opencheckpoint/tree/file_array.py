@@ -24,8 +24,8 @@ from typing import Final
 
 import numpy as np
 
-from ..dtypes import numpy_dtype
-from ..errors import ConcurrentModification
+from ..format.dtypes import numpy_dtype
+from ..format.errors import ConcurrentModification
 
 #: Bytes read per chunk when a save streams a file array (the buffer is reused: the save's memory).
 CHUNK_BYTES: Final = 8 << 20
