@@ -29,7 +29,7 @@ ALLOWANCE = 64 * MIB
 
 CHILD = r"""
 import json, sys
-from opencheckpoint.cli import main
+from opencheckpoint.cli.main import main
 
 def peak():
     with open("/proc/self/status") as status:

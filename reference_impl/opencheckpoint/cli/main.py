@@ -137,8 +137,8 @@ def _print_issues(out: Console, errors: list[Any]) -> None:
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
     from ..format.errors import TargetExists
+    from ..tools.output_file import refused_target
     from ..tools.schema_export import export_schemas
-    from .tools import refused_target
 
     try:
         paths = export_schemas(args.directory, args.format_version, overwrite=args.overwrite)

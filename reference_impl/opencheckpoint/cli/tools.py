@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 from ..format.errors import TargetExists
+from ..tools.output_file import refused_target
 from .output import output_console
 
 _EPILOG = ("exit codes: 0 success, 1 invalid or unreadable input, or a target that exists (without --overwrite) "
@@ -24,14 +25,6 @@ def _human(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def refused_target(exc: TargetExists, overwrite: bool) -> int:
-    """The one line a refused target prints (what is there, and ``--overwrite`` when it would help); exit 1."""
-    message = exc.message.replace("overwrite=False", "--overwrite was not given")
-    hint = "" if overwrite or "--overwrite" not in message else " (pass --overwrite to replace it)"
-    print(f"error: {exc.file}: refused to write there: {message}{hint}", file=sys.stderr)
-    return 1
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

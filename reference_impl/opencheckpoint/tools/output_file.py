@@ -9,7 +9,7 @@ The new file is written beside the target under a hidden name and renamed
 over it, so a failed write leaves the old file whole.
 
 >>> import tempfile, pathlib
->>> from opencheckpoint.errors import TargetExists
+>>> from opencheckpoint.format.errors import TargetExists
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> notes = folder / "notes.txt"
 >>> _ = notes.write_text("mine")
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -72,3 +73,12 @@ def write_output_file(target: Path, write: Callable[[Path], object]) -> Path:
         if os.path.lexists(temporary):
             os.unlink(temporary)
     return target
+
+
+def refused_target(exc: TargetExists, overwrite: bool) -> int:
+    """Print the one line of a command that refused its target (what is there, and ``--overwrite`` when it
+    would help) on stderr; return exit status 1."""
+    message = exc.message.replace("overwrite=False", "--overwrite was not given")
+    hint = "" if overwrite or "--overwrite" not in message else " (pass --overwrite to replace it)"
+    print(f"error: {exc.file}: refused to write there: {message}{hint}", file=sys.stderr)
+    return 1
