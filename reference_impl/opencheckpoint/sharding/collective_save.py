@@ -73,7 +73,7 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
-            sink = RankSink(rank, staging, durable=durable)
+            sink = RankSink(rank, staging, durable=durable, world_size=collective.world_size)
             records, failure, report = _write_rank(sink, write)
         gathered = collective.gather_bytes(to_json(report))
         if sink is not None and rank != 0:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
     from .encode import TreePlan
 
-__all__ = ["TreeSink", "current_sink", "installed"]
+__all__ = ["TreeSink", "current_sink", "installed", "saving_ranks"]
 
 
 class TreeSink(Protocol):
@@ -44,6 +44,13 @@ _SINK: ContextVar[TreeSink | None] = ContextVar("opencheckpoint_tree_sink", defa
 def current_sink() -> TreeSink | None:
     """The sink of the save under way in this context, if any."""
     return _SINK.get()
+
+
+def saving_ranks() -> int:
+    """How many processes take part in the save under way in this context: a collective save's world size,
+    else 1 (a value held in part by other processes cannot be stored whole by this one)."""
+    sink = _SINK.get()
+    return 1 if sink is None else int(getattr(sink, "world_size", 1))
 
 
 @contextlib.contextmanager
