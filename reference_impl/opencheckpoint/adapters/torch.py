@@ -277,6 +277,8 @@ class ModuleAdapter(Adapter):
         if problems and strict == "error":
             raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
                                         + "; ".join(problems) + suggest(missing, unexpected, dtype_only))
+        if problems:
+            reader.not_restored.extend(problems)  # strict="warn"/"ignore": LoadResult.partial says what was left
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
         _check_writable(value, own, matching)
