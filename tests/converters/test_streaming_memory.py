@@ -122,7 +122,7 @@ def test_diff_of_two_large_checkpoints_streams(sources: dict[str, Path]) -> None
     changes = [(c.path, c.detail, c.max_abs_diff, c.max_rel_diff) for c in diff(folder / "a", folder / "b").changes]
     assert changes == [("metadata.converted_from", "{'format': 'safetensors', 'name': 'big.safetensors'} -> "
                         "{'format': 'safetensors', 'name': 'other.safetensors'}", None, None),
-                       ("model/$.layer07.weight", "float32[1024, 1024]: values differ", 0.5, 0.5 / 12.5)]
+                       ("model/$['layer07.weight']", "float32[1024, 1024]: values differ", 0.5, 0.5 / 12.5)]
 
 
 def test_a_source_file_that_shrinks_during_the_save_is_an_error(tmp_path: Path) -> None:
