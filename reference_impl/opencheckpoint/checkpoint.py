@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, ComponentWriter, DumpLoadAdapter, resolve_adapter
+from .adapters.base import Adapter, ComponentWriter, DumpLoadAdapter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .async_save import SaveHandle, save_in_background, wait_for_target
 from .container.publish import fault_point
@@ -37,6 +37,7 @@ from .location import PathArg, resolve_location
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .progress import ProgressArg, files_bytes, reporting
 from .read.casting import CastPolicy
+from .read.per_rank import process_rank
 from .read.probe import is_checkpoint, manifest
 from .read.reader import CheckpointReader
 from .read.restore_plan import Rename, RestorePlan
@@ -146,11 +147,15 @@ class Checkpoint:
     def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS, stored_kind: str | None = None) -> Adapter:
         value, adapter = self._components[name]
         chosen = options.adapter or adapter or resolve_adapter(value, self._adapters)
-        if (stored_kind == "files" and chosen.kind != "files" and options.adapter is None and adapter is None
-                and callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None))):
-            # Stored by dump/load (a torchrl replay buffer, converted): an object that has both state_dict and
-            # dump/load is saved as a tree here, but reads such a component back through its own load().
-            chosen = DumpLoadAdapter()
+        if chosen is not options.adapter and chosen is not adapter and stored_kind is not None:
+            # A plain dict or list picks json or tree by what it holds now (an empty one: json); what was
+            # stored decides on load, so a dict saved holding a tensor loads into {} (seed API).
+            chosen = stored_kind_adapter(value, chosen, stored_kind)
+            if (stored_kind == "files" and chosen.kind != "files"
+                    and callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None))):
+                # Stored by dump/load (a torchrl replay buffer, converted): an object that has both state_dict
+                # and dump/load is saved as a tree here, but reads such a component back through its own load().
+                chosen = DumpLoadAdapter()
         if options.has_method_args and not chosen.takes_method_args:
             raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
                             "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "
@@ -233,7 +238,8 @@ class Checkpoint:
         location = resolve_location(path)
         output = self._output(format)
         if isinstance(location, FsPath):
-            return self._save_remote(location, output, components=components, metadata=metadata,
+            return self._save_remote(location, output, resolve_collective(process_group, timeout),
+                                     components=components, metadata=metadata,
                                      checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
                                      component_options=component_options, progress=progress)
         target = location.absolute()
@@ -340,9 +346,15 @@ class Checkpoint:
         overrides = check_option_names(component_options, names, "save")
         return {name: self._merged(name, overrides) for name in names}
 
-    def _save_remote(self, target: FsPath, output: CheckpointFormat, **options: Any) -> FsPath:
+    def _save_remote(self, target: FsPath, output: CheckpointFormat, group: Collective | None,
+                     **options: Any) -> FsPath:
         """Save to an fsspec location: written locally with :meth:`save` (no fsync: it is a scratch copy),
-        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`)."""
+        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`).
+        A collective save (``group`` of several ranks) is refused, on each rank before any scratch exists."""
+        if group is not None and group.world_size > 1:
+            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
+                                      "path only, not yet to a URL: save to such a path and upload the "
+                                      "checkpoint directory, or save from one process", file=str(target))
         if output != "directory":
             raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
                                       "checkpoint is stored in directory form (format='directory')",
@@ -435,10 +447,13 @@ class Checkpoint:
         live = {name: self._components[name][0] for name in requested}
         with agreement(collective) as passed, CheckpointReader(path) as reader:
             result = loading.new_result(reader, requested, path)
-            plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
+            stored = reader.components
+            plan = loading.plan_loads(stored, live, lambda n, o: self._adapter(n, o, stored[n].kind), options,
+                                      modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
-                prepared = loading.prepare_all(plan, reader, result, path)
+                ranks = (collective.rank, collective.world_size) if collective is not None else process_rank()
+                prepared = loading.prepare_all(plan, reader, result, path, ranks)
             # Every rank of a sharded load checked its part, and loads what the others do: only now does any apply.
             passed(loading.describe(reader, options, modes))
             loading.apply_all(prepared, result, path)

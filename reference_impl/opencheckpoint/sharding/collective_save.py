@@ -136,6 +136,7 @@ def _write_rank(sink: RankSink, write: WriteComponents,
     try:
         with installed(sink):
             records = write(sink.root)
+        sink.note_records(records)
     except Exception as exc:  # reported to the coordinator, then re-raised here after the outcome
         return {}, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
     return records, None, {"ok": True, "trees": sink.report}
