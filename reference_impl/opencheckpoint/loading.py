@@ -133,7 +133,7 @@ def kind_mismatch(record: Any, adapter: Adapter) -> str | None:
 
 
 def plan_loads(stored: Mapping[str, Any], live: Mapping[str, Any],
-               adapter_of: Callable[[str, CheckpointOptions, str], Adapter], options: Mapping[str, CheckpointOptions],
+               adapter_of: Callable[[str, CheckpointOptions], Adapter], options: Mapping[str, CheckpointOptions],
                modes: Mapping[str, Strictness], result: LoadResult) -> list[ComponentLoad]:
     """The requested components (``live``) the checkpoint has (``stored`` records) whose adapter can read them;
     the others go to ``result.incompatible`` (missing ones are already in ``result.missing``)."""
@@ -141,7 +141,7 @@ def plan_loads(stored: Mapping[str, Any], live: Mapping[str, Any],
     for name, value in live.items():
         if name not in stored:
             continue
-        adapter = adapter_of(name, options[name], stored[name].kind)
+        adapter = adapter_of(name, options[name])
         mismatch = kind_mismatch(stored[name], adapter)
         if mismatch is not None:
             result.incompatible[name] = mismatch
