@@ -114,9 +114,11 @@ class RemoteRotation:
 
     # -- saving -------------------------------------------------------------------------
     def save(self, checkpoint: Checkpoint, step: int, metadata: Mapping[str, Any] | None = None,
-             format: CheckpointFormat | None = None, *, components: Collection[str] | None = None) -> FsPath:
-        """Save ``checkpoint`` as the checkpoint of ``step`` at a new prefix, then prune; return its location."""
-        meta = save_metadata(step, metadata, self.keep_best)
+             format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
+             metric_required: bool = True) -> FsPath:
+        """Save ``checkpoint`` as the checkpoint of ``step`` at a new prefix, then prune; return its location
+        (``metric_required``: as :meth:`Rotation.save`)."""
+        meta = save_metadata(step, metadata, self.keep_best if metric_required else None)
         output = format or checkpoint.format
         if output != "directory":
             raise UnsupportedLocation("a remote rotation stores checkpoints in directory form (format='directory')",
