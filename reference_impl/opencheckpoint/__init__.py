@@ -13,7 +13,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .arrays import LazyArray
-from .async_save import SaveHandle
 from .checkpoint import Checkpoint, LoadResult
 from .converters import ConversionError, ExportResult, convert, export
 from .diffing import DiffReport, diff
@@ -45,6 +44,7 @@ from .reader import CheckpointReader, open_checkpoint, read_component
 from .sharding.reading import LazyShardedArray
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
 from .validate import ValidationReport, validate
+from .write.async_save import SaveHandle
 
 __all__ = [
     "ArchiveError",

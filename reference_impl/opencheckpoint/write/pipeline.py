@@ -1,0 +1,91 @@
+"""The one save pipeline: plan, then write and commit, for every save whatever its options.
+
+* :func:`save` (:meth:`Checkpoint.save <opencheckpoint.Checkpoint.save>`, and through it
+  :class:`~opencheckpoint.run.Rotation` and :class:`~opencheckpoint.run.RunCheckpointer`):
+  the target from the location (directory, archive, object store), :func:`.stages.plan`,
+  then :func:`finish`.
+* :func:`finish`: :func:`.stages.write` and :func:`.stages.commit` under the progress
+  reporter, whose total is the plan's byte total; by this process alone, or as one rank
+  of a collective save (:mod:`.collective`: every rank plans and writes, the ranks agree
+  on the plan, the coordinator commits once).
+* An async save (:mod:`.async_save`) is :func:`.stages.plan` and a snapshot now,
+  :func:`finish` in a writer thread later.
+
+>>> import tempfile, pathlib, numpy as np
+>>> from opencheckpoint.adapters.base import TreeAdapter
+>>> from opencheckpoint.options import CheckpointOptions
+>>> spec = ComponentSpec("w", {"a": np.ones(2)}, TreeAdapter(), CheckpointOptions(), sha256=False)
+>>> request = SaveRequest([spec], {"metadata": None, "checkpoint_id": None, "created_at": None, "producer": None})
+>>> target = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
+>>> save(target, request) == target and (target / "manifest.json").is_file()
+True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..progress import ProgressArg, reporting
+from ..progress import check as check_progress
+from ..remote.fspath import FsPath
+from ..sharding.collective import Collective
+from ..sharding.sink import LocalSink
+from . import stages
+from .collective import save_collective
+from .plan import ComponentSpec, SavePlan, SaveRequest
+from .target import LocalTarget, check_collective, open_target
+
+__all__ = ["ComponentSpec", "SaveRequest", "finish", "plan_for", "save"]
+
+
+def plan_for(location: Path | FsPath, request: SaveRequest, *, keep: bool = False) -> SavePlan:
+    """The plan stage of a save by one process of ``request`` to ``location`` (``keep``: for a write that
+    happens later, as an async save's)."""
+    target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
+    return stages.plan(target, request, keep=keep)
+
+
+def save(location: Path | FsPath, request: SaveRequest, *, collective: Collective | None = None,
+         progress: ProgressArg = None) -> Path | FsPath:
+    """Save ``request`` at ``location`` through the three stages; return where it was published."""
+    check_progress(progress)
+    if collective is not None:
+        return _save_as_rank(location, request, collective, progress)
+    planned = plan_for(location, request)
+    try:
+        return finish(planned, progress=progress)
+    finally:
+        planned.release()
+
+
+def _save_as_rank(location: Path | FsPath, request: SaveRequest, collective: Collective,
+                  progress: ProgressArg) -> Path | FsPath:
+    """This rank's part of a collective save. Only the coordinator checks the target (it alone creates the
+    staging directory); a rank whose plan fails reports it to the others instead of leaving them waiting."""
+    target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
+    check_collective(target)  # every rank refuses the same arguments alike, before any collective step
+    assert isinstance(target, LocalTarget)
+    try:
+        planned = stages.plan(target, request, rank=collective.rank, check=collective.rank == 0)
+    except Exception as exc:
+        save_collective(target.location, None, collective, failure=exc)  # raises it after the others know
+        raise
+    try:
+        return finish(planned, collective=collective, progress=progress)
+    finally:
+        planned.release()
+
+
+def finish(planned: SavePlan, *, collective: Collective | None = None, progress: ProgressArg = None,
+           ) -> Path | FsPath:
+    """The write and commit stages of a planned save, reported to ``progress`` against the plan's total."""
+    target = planned.target
+    with reporting(progress, planned.nbytes, f"saving {target.location.name}"):
+        if collective is not None:
+            assert isinstance(target, LocalTarget)
+            save_collective(target.location, planned, collective)
+        else:
+            with target.open() as staging:
+                records = stages.write(planned, staging, LocalSink())
+                stages.commit(planned, staging, records)
+    return target.location
