@@ -1,19 +1,16 @@
-"""Where :func:`~.encode.write_tree` sends a planned tree while a save of sharded arrays is under way.
+"""Where the write stage sends a planned tree: the :class:`TreeSink` protocol.
 
-A collective save runs the same adapters on every rank, and adapters write trees
-through :func:`~.encode.write_tree` without knowing about ranks. While a
-:class:`TreeSink` is installed (:func:`installed`, done by the save engine in
-:mod:`opencheckpoint.sharding`), ``write_tree`` hands it the plan instead: the sink
-knows the rank (the name of its shard data file), writes what this rank owns, and
-defers what needs every rank's records (``tree.msgpack``) to the coordinator.
-A context variable, not a parameter, so that no adapter signature changes.
+A save's write stage (:func:`opencheckpoint.write.stages.write`) hands every
+planned tree to the sink it is given: a process saving alone writes the whole
+tree (:class:`~opencheckpoint.sharding.sink.LocalSink`); one rank of a
+collective save writes what it owns and defers what needs every rank's records
+(``tree.msgpack``) to the coordinator (:class:`~opencheckpoint.sharding.sink.RankSink`).
+The sink is an argument of the write stage, never ambient state: no adapter
+signature changes, and nothing outside a save sees it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +18,7 @@ if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
     from .encode import TreePlan
 
-__all__ = ["TreeSink", "current_sink", "installed"]
+__all__ = ["TreeSink"]
 
 
 class TreeSink(Protocol):
@@ -36,21 +33,3 @@ class TreeSink(Protocol):
                    archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
         """Write (or defer) the files of ``plan`` for the component in ``directory``; their file entries."""
         ...
-
-
-_SINK: ContextVar[TreeSink | None] = ContextVar("opencheckpoint_tree_sink", default=None)
-
-
-def current_sink() -> TreeSink | None:
-    """The sink of the save under way in this context, if any."""
-    return _SINK.get()
-
-
-@contextlib.contextmanager
-def installed(sink: TreeSink) -> Iterator[TreeSink]:
-    """Send every :func:`~.encode.write_tree` of this context to ``sink`` until the block ends."""
-    token = _SINK.set(sink)
-    try:
-        yield sink
-    finally:
-        _SINK.reset(token)

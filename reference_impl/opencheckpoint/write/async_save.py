@@ -41,9 +41,8 @@ from ..progress import ProgressArg
 from ..progress import check as check_progress
 from ..remote.fspath import FsPath
 from . import snapshot, stages
-from .pipeline import finish
+from .pipeline import finish, open_target
 from .plan import SavePlan, SaveRequest
-from .target import open_target
 
 logger = logging.getLogger("opencheckpoint")
 

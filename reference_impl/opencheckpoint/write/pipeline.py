@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UnsupportedValue
 from ..progress import ProgressArg, reporting
 from ..progress import check as check_progress
 from ..remote.fspath import FsPath
@@ -33,9 +34,27 @@ from ..sharding.sink import LocalSink
 from . import stages
 from .collective import save_collective
 from .plan import ComponentSpec, SavePlan, SaveRequest
-from .target import LocalTarget, check_collective, open_target
+from .target import LocalTarget, Target
 
-__all__ = ["ComponentSpec", "SaveRequest", "finish", "plan_for", "save"]
+__all__ = ["ComponentSpec", "SaveRequest", "finish", "open_target", "plan_for", "save"]
+
+
+def open_target(location: Path | FsPath, *, form: str, durable: bool, overwrite: bool) -> Target:
+    """The target of a save to ``location``: local, or an object store (fsspec) in directory form."""
+    if isinstance(location, FsPath):
+        from .object_store import ObjectStoreTarget  # the remote writer loads only when a remote path is used
+
+        return ObjectStoreTarget(location, form=form)
+    return LocalTarget(location.absolute(), form=form, durable=durable, overwrite=overwrite)
+
+
+def check_collective(target: Target) -> None:
+    """A collective save writes the directory form of a local path only."""
+    if not isinstance(target, LocalTarget):
+        raise UnsupportedValue("a collective (multi-rank) save writes to a local (or shared) file system path",
+                               field="path")
+    if target.form != "directory":
+        raise UnsupportedValue("a collective save writes the directory form only", field="format")
 
 
 def plan_for(location: Path | FsPath, request: SaveRequest, *, keep: bool = False) -> SavePlan:

@@ -14,7 +14,7 @@ Each stage of the pipeline (:mod:`.stages`) asks the target one thing:
   an object store, R-PUB-22). A rename that meets another writer's checkpoint
   is that writer's win: :class:`~opencheckpoint.errors.ConcurrentModification`.
 
-:func:`open_target` picks the implementation from the location.
+:func:`opencheckpoint.write.pipeline.open_target` picks the implementation from the location.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..container.debris import working_path
 from ..container.staged import StagedCheckpoint
 from ..container.target import check_replaceable
-from ..errors import ConcurrentModification, UnsupportedValue
+from ..errors import ConcurrentModification
 from ..remote.fspath import FsPath
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
 
-__all__ = ["LocalTarget", "Staging", "Target", "lost_races", "open_target", "publication_race"]
+__all__ = ["LocalTarget", "Staging", "Target", "lost_races", "publication_race"]
 
 FORMS = ("directory", "archive")
 #: What rename(2) reports when another writer published at the target between our check and our rename.
@@ -124,24 +124,6 @@ class LocalTarget:
 
     def __repr__(self) -> str:
         return f"LocalTarget({str(self.location)!r}, form={self.form!r})"
-
-
-def open_target(location: Path | FsPath, *, form: str, durable: bool, overwrite: bool) -> Target:
-    """The target of a save to ``location``: local, or an object store (fsspec) in directory form."""
-    if isinstance(location, FsPath):
-        from .object_store import ObjectStoreTarget  # the remote writer loads only when a remote path is used
-
-        return ObjectStoreTarget(location, form=form)
-    return LocalTarget(location.absolute(), form=form, durable=durable, overwrite=overwrite)
-
-
-def check_collective(target: Target) -> None:
-    """A collective save writes the directory form of a local path only."""
-    if not isinstance(target, LocalTarget):
-        raise UnsupportedValue("a collective (multi-rank) save writes to a local (or shared) file system path",
-                               field="path")
-    if target.form != "directory":
-        raise UnsupportedValue("a collective save writes the directory form only", field="format")
 
 
 def publication_race(exc: OSError, target: Path) -> ConcurrentModification | None:
