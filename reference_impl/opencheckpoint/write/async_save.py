@@ -209,7 +209,7 @@ def _plan(location: Path | FsPath, request: SaveRequest, handle: SaveHandle) -> 
     except Exception as exc:  # handed to wait()/result(), as any error of the background save
         handle._settle(None, exc)
         return None
-    return stages.plan(target, request, keep=True, check=False)
+    return stages.plan(target, request, check=False)
 
 
 def _release(planned: SavePlan) -> None:

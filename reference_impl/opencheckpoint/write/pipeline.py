@@ -57,11 +57,10 @@ def check_collective(target: Target) -> None:
         raise UnsupportedValue("a collective save writes the directory form only", field="format")
 
 
-def plan_for(location: Path | FsPath, request: SaveRequest, *, keep: bool = False) -> SavePlan:
-    """The plan stage of a save by one process of ``request`` to ``location`` (``keep``: for a write that
-    happens later, as an async save's)."""
+def plan_for(location: Path | FsPath, request: SaveRequest) -> SavePlan:
+    """The plan stage of a save by one process of ``request`` to ``location``."""
     target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
-    return stages.plan(target, request, keep=keep)
+    return stages.plan(target, request)
 
 
 def save(location: Path | FsPath, request: SaveRequest, *, collective: Collective | None = None,

@@ -13,14 +13,14 @@ trees through the save's :class:`~opencheckpoint.tree.sink.TreeSink` (one
 process: the whole tree; one rank of a collective save: its shards), given
 as an argument, not looked up.
 
-``keep=True`` (an async save) copies JSON values and bytes at once, as the
-live state may change before they are written; a synchronous save keeps
-references, so planning first copies nothing.
+JSON values are encoded at the plan stage and file contents kept as
+``bytes`` (a ``bytes`` object is kept, not copied), so the live state may
+change before they are written (an async save writes them later).
 
 >>> import tempfile, pathlib, numpy as np
 >>> from opencheckpoint.options import CheckpointOptions
 >>> writer = RecordingWriter(pathlib.Path(tempfile.mkdtemp()) / "w", durable=False, sha256=False,
-...                          options=CheckpointOptions(), rank=0, keep=False)
+...                          options=CheckpointOptions(), rank=0)
 >>> writer.write_tree({"w": np.zeros(3, dtype=np.float32)}); writer.write_json({"lr": 0.1})
 >>> [extent.nbytes for plan in writer.plans for extent in plan.extents], len(writer.steps)
 ([12], 2)
@@ -28,7 +28,6 @@ references, so planning first copies nothing.
 
 from __future__ import annotations
 
-import copy
 import errno
 import os
 import shutil
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters.base import ComponentWriter
+from ..adapters.component_io import encode_json
 from ..adapters.frameworks import convert_leaf
 from ..options import CheckpointOptions
 from ..tree.encode import TreePlan
@@ -52,15 +52,13 @@ Step = Callable[[ComponentWriter, TreeSink], None]
 class RecordingWriter(ComponentWriter):
     """A :class:`ComponentWriter` that records what an adapter writes (replayed by :meth:`ComponentPlan.replay`)."""
 
-    def __init__(self, directory: Path, *, durable: bool, sha256: bool, options: CheckpointOptions, rank: int,
-                 keep: bool) -> None:
+    def __init__(self, directory: Path, *, durable: bool, sha256: bool, options: CheckpointOptions, rank: int) -> None:
         # the object's own save method gets the component's save_args/save_kwargs now
         super().__init__(directory, durable=durable, sha256=sha256, method_args=options.save_args or (),
                          method_kwargs=dict(options.save_kwargs or {}))
         self.steps: list[Step] = []
         self.plans: list[TreePlan] = []
         self._rank = rank
-        self._keep = keep
 
     def write_tree(self, value: Any) -> None:
         plan = TreePlan(value, convert_leaf, rank=self._rank)  # unsupported values raise here, before any write
@@ -68,11 +66,11 @@ class RecordingWriter(ComponentWriter):
         self.steps.append(lambda writer, sink: _write_tree(writer, sink, plan))
 
     def write_json(self, value: Any) -> None:
-        kept = copy.deepcopy(value) if self._keep else value
-        self.steps.append(lambda writer, sink: writer.write_json(kept))
+        data = encode_json(value)  # encoded now (a value that cannot be stored raises here): nothing to copy
+        self.steps.append(lambda writer, sink: writer.write_encoded_json(data))
 
     def write_file(self, rel: str, data: bytes, *, sha256: bool | None = None) -> None:
-        kept = bytes(data) if self._keep else data
+        kept = bytes(data)  # no copy of a bytes object; a buffer the adapter may reuse is copied
         self.steps.append(lambda writer, sink: writer.write_file(rel, kept, sha256=sha256))
 
     def inventory_directory(self) -> None:

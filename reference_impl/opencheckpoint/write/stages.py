@@ -36,11 +36,9 @@ __all__ = ["commit", "plan", "write"]
 Records = dict[str, dict[str, Any]]
 
 
-def plan(target: Target, request: SaveRequest, *, rank: int = 0, keep: bool = False,
-         check: bool = True) -> SavePlan:
+def plan(target: Target, request: SaveRequest, *, rank: int = 0, check: bool = True) -> SavePlan:
     """Check ``target`` (unless ``check`` is False: a collective save's other ranks), then record what each
-    component's adapter writes (``keep``: copy JSON and bytes now, for a write that happens later).
-    ``rank``: this process's rank in a collective save (its shards)."""
+    component's adapter writes. ``rank``: this process's rank in a collective save (its shards)."""
     if check:
         target.check()
     scratch = target.scratch()
@@ -48,7 +46,7 @@ def plan(target: Target, request: SaveRequest, *, rank: int = 0, keep: bool = Fa
     try:
         for spec in request.components:
             writer = RecordingWriter(scratch / "components" / spec.name, durable=request.durable,
-                                     sha256=spec.sha256, options=spec.options, rank=rank, keep=keep)
+                                     sha256=spec.sha256, options=spec.options, rank=rank)
             try:
                 spec.adapter.save(spec.value, writer)
             except CheckpointError as exc:
