@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev,remote
 
-.PHONY: demo test venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean \
+.PHONY: demo test test-long venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean \
 	ts-build ts-test ts-conformance ts-browser-test chromium
 
 # constraints.txt pins the exact versions CI needs (torch's CPU build on disk, the JAX stack the frozen
@@ -23,11 +23,22 @@ venv: $(STAMP)
 demo: $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory ts-build; \
 	else echo "note: node/npm not found; the TypeScript implementation and the viewer are not built"; fi
-	$(PY) -m opencheckpoint.demo
+	$(PY) -m opencheckpoint.examples.demo
+
+# The suite spread over the cores (pytest-xdist; TEST_WORKERS=0 runs it in one process), then the TypeScript
+# suites; the wall time is printed at the end. Long campaigns (tests marked `long`) are skipped here and run by
+# `make test-long`, which a release's CI runs.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
-	$(MAKE) --no-print-directory ts-test
+	@start=$$(date +%s); rc=0; \
+	$(PYTEST) || rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory ts-test || rc=$$?; fi; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc
+
+test-long: $(STAMP)
+	$(PYTEST) --long -m long
 
 # --- TypeScript implementation and browser viewer (reference_impl/typescript) ---
 # `npm ci` only when the lockfile changed, the build only when a source changed.

@@ -17,6 +17,9 @@ It also loads the ``memory://`` fixtures the remote tests share (``tests/remote/
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 pytest_plugins = ["memory_fixtures"]
 
@@ -24,3 +27,42 @@ _DEVICES = "--xla_force_host_platform_device_count=8"
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICES}".strip()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true", default=False,
+                     help="also run the long campaigns (tests marked `long`); `make test-long` passes it")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` (the long form of a campaign whose bounded sample stays in ``make test``) are skipped,
+    with the reason named, unless ``--long`` is given."""
+    _keep_shared_fixtures_on_one_worker(items)
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long campaign: run by `make test-long` (pytest --long)")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)
+
+
+def _keep_shared_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
+    """``make test`` hands tests to the workers one by one (pytest-xdist ``--dist loadgroup``); a test that uses
+    one of our module- or session-scoped fixtures (four ranks set up once, a conformance run, an S3 server)
+    joins the group of that fixture, so the fixture is built once, on one worker, not once per worker."""
+    root = str(Path(__file__).resolve().parent)
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        for name in info.names_closure:
+            for fixture in info.name2fixturedefs.get(name, ()):
+                code = getattr(fixture.func, "__code__", None)
+                if (fixture.scope in ("module", "session") and code is not None and code.co_filename.startswith(root)
+                        and "site-packages" not in code.co_filename):
+                    group = item.nodeid.split("::")[0] if fixture.scope == "module" else f"session-{name}"
+                    item.add_marker(pytest.mark.xdist_group(group))
+                    break
+            else:
+                continue
+            break

@@ -10,7 +10,7 @@ import numpy as np
 
 import opencheckpoint
 from common import Context, remove
-from opencheckpoint.inspect import describe
+from opencheckpoint.tools.inspect import describe
 from prototype import verified_read_into, verified_restore_into
 from state import ArrayModule, make_arrays, torch_module, touched_like
 from timing import measure, settle_writes

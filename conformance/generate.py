@@ -48,8 +48,8 @@ from opencheckpoint.conformance.canonical import (
 from opencheckpoint.conformance.impl import dumps
 from opencheckpoint.conformance.models import CaseModel, ExpectedModel
 from opencheckpoint.conformance.writer import write_rendering
-from opencheckpoint.integrity import crc32c_of, format_crc32c
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.integrity import crc32c_of, format_crc32c
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.testing.hostile_zip import CaseMember as Member
 from opencheckpoint.testing.hostile_zip import manifest_members as members_of
 from opencheckpoint.testing.hostile_zip import zip_bytes
@@ -338,7 +338,7 @@ DTYPE_VALUES: dict[str, Callable[[], np.ndarray]] = {}
 
 
 def _dtype_cases() -> None:
-    from opencheckpoint.dtypes import DTYPES, numpy_dtype
+    from opencheckpoint.format.dtypes import DTYPES, numpy_dtype
 
     rng = np.random.default_rng(20260101)
     for name in DTYPES:

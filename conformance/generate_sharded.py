@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from opencheckpoint.integrity import crc32c_of, format_crc32c
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.integrity import crc32c_of, format_crc32c
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.testing.sharded import SHARDED, DataFiles, write_checkpoint
 
 R0, R1 = "shards/rank-00000.bin", "shards/rank-00001.bin"

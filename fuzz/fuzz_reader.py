@@ -55,9 +55,9 @@ from typing import Any
 import msgpack
 
 from opencheckpoint.container.archive_writer import ArchiveWriter
-from opencheckpoint.errors import CheckpointError
-from opencheckpoint.integrity import crc32c_of, format_crc32c, new_sha256
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.errors import CheckpointError
+from opencheckpoint.format.integrity import crc32c_of, format_crc32c, new_sha256
+from opencheckpoint.format.manifest import serialize_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "conformance" / "cases" / "v1"
@@ -434,7 +434,7 @@ def run_input(path: Path, tree_documents: list[bytes]) -> str:
     """Run every oracle on one input; return the outcome class; raise on a finding."""
     from opencheckpoint import open_checkpoint, read_component, validate
     from opencheckpoint.conformance.canonical import render_checkpoint
-    from opencheckpoint.manifest import KIND_VERSIONS
+    from opencheckpoint.format.manifest import KIND_VERSIONS
 
     for document in tree_documents:
         check_decoders(document)

@@ -1,7 +1,8 @@
 """Every code block of the README and the docs runs as written, page by page, in order.
 
-Each Python block runs in a fresh interpreter (so it cannot lean on names
-defined by an earlier block: it is standalone code), in a working directory
+Each run of consecutive Python blocks runs in a fresh interpreter, each block in
+a namespace of its own and checked to define every name it uses (so it cannot lean
+on names defined by an earlier block: it is standalone code), in a working directory
 shared by the blocks of its page (a later block may read a file an earlier one
 wrote, as a reader following the page would). Shell blocks made of
 ``opencheckpoint`` commands run in the same directory. The only blocks not run
@@ -12,6 +13,7 @@ targets (the build itself) and commands of a hypothetical other implementation
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -61,26 +63,58 @@ def runnable_pages() -> list[Path]:
     return [page for page in PAGES if any(not_runnable(lang, code) is None for lang, code in blocks(page))]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_page_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}
-    ran = 0
+RUNNER = Path(__file__).resolve().parent / "snippet_blocks.py"
+
+
+def runs(page: Path) -> list[tuple[str, list[tuple[int, str]]]]:
+    """The page's runnable blocks in order, consecutive Python blocks gathered into one run."""
+    grouped: list[tuple[str, list[tuple[int, str]]]] = []
     for index, (language, code) in enumerate(blocks(page)):
         if not_runnable(language, code) is not None:
             continue
-        if language in ("python", "py"):
-            done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, check=False, timeout=300)
-            assert done.returncode == 0, f"{page.name} block {index}:\n{code}\n{done.stderr[-3000:]}"
+        kind = "python" if language in ("python", "py") else "shell"
+        if kind == "python" and grouped and grouped[-1][0] == "python":
+            grouped[-1][1].append((index, code))
         else:
+            grouped.append((kind, [(index, code)]))
+    return grouped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
+    """Python blocks run in a fresh interpreter per run of consecutive blocks, each block in a namespace of its
+    own and checked to define every name it uses (tests/snippet_blocks.py); shell blocks run command by command."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}
+    ran = 0
+    for kind, group in runs(page):
+        if kind == "python":
+            done = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(group), cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, check=False, timeout=600)
+            assert done.returncode == 0, f"{page.name}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        else:
+            index, code = group[0]
             for line in commands(code):
                 done = subprocess.run(shlex.split(line), cwd=tmp_path, env=env, capture_output=True, text=True,
                                       check=False, timeout=300)
                 assert done.returncode == 0, f"{page.name} block {index}: {line}\n{done.stdout}{done.stderr}"
-        ran += 1
+        ran += len(group)
     assert ran
+
+
+def test_a_block_leaning_on_an_earlier_block_is_refused(tmp_path: Path) -> None:
+    group = [(0, "import math\nvalue = math.pi"), (1, "print(value)")]
+    done = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(group), cwd=tmp_path, capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 3 and "BLOCK 1 IS NOT STANDALONE" in done.stdout and "value" in done.stdout
+
+
+def test_a_failing_block_is_named(tmp_path: Path) -> None:
+    group = [(4, "x = 1"), (7, "raise ValueError('boom')")]
+    done = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(group), cwd=tmp_path, capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 1 and "BLOCK 7 FAILED" in done.stdout and "boom" in done.stderr
 
 
 def test_only_synopses_and_make_targets_are_skipped() -> None:

@@ -64,7 +64,7 @@ def test_api_reference_documents_every_public_name(site: Path) -> None:
 
 
 def test_cli_reference_documents_every_command() -> None:
-    from opencheckpoint.cli import build_parser
+    from opencheckpoint.cli.main import build_parser
 
     text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     parser = build_parser()

@@ -8,7 +8,7 @@ import sys
 
 def test_import_opencheckpoint_imports_no_framework() -> None:
     code = (
-        "import sys, opencheckpoint, opencheckpoint.cli, opencheckpoint.validate\n"
+        "import sys, opencheckpoint, opencheckpoint.cli.main, opencheckpoint.read.validate\n"
         "import numpy as np\n"
         "from opencheckpoint import Checkpoint, read_component\n"
         "import tempfile, os\n"

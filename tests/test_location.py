@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, UnsupportedLocation, open_checkpoint, read_component, validate
-from opencheckpoint.cli import main
-from opencheckpoint.inspect import describe
-from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.cli.main import main
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.tools.inspect import describe
 
 URLS = ["s3://bucket/ckpt", "gs://bucket/run/checkpoint-000000000010", "file:///tmp/ckpt", "hf+https://x/y"]
 

@@ -97,7 +97,7 @@ def test_an_installed_wheel_says_where_the_cases_are_and_the_sdist_has_them(tmp_
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "OPENCHECKPOINT_CONFORMANCE_CASES"}
-    done = subprocess.run([sys.executable, "-m", "opencheckpoint.cli", "conformance", "run", "--reader", "x"],
+    done = subprocess.run([sys.executable, "-m", "opencheckpoint", "conformance", "run", "--reader", "x"],
                           cwd=elsewhere, env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 2 and "the sdist of this version" in done.stderr, done.stderr

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .arrays import LazyArray
 from .checkpoint import Checkpoint, LoadResult
-from .converters import ConversionError, ExportResult, convert, export
-from .diffing import DiffReport, diff
-from .errors import (
+from .format.errors import (
     ArchiveError,
     ArrayLayoutError,
     CheckpointError,
@@ -37,13 +34,16 @@ from .errors import (
     UnsupportedValue,
     UnsupportedVersion,
 )
-from .kind_migrations import register_migration
+from .format.kind_migrations import register_migration
 from .options import CheckpointOptions
-from .probe import is_checkpoint, manifest
-from .reader import CheckpointReader, open_checkpoint, read_component
-from .sharding.reading import LazyShardedArray
+from .read.arrays import LazyArray
+from .read.probe import is_checkpoint, manifest
+from .read.reader import CheckpointReader, open_checkpoint, read_component
+from .read.sharded import LazyShardedArray
+from .read.validate import ValidationReport, validate
+from .tools.converters import ConversionError, ExportResult, convert, export
+from .tools.diffing import DiffReport, diff
 from .tree.nodes import NamedTupleValue, PRNGKeyValue
-from .validate import ValidationReport, validate
 from .write.async_save import SaveHandle
 
 __all__ = [

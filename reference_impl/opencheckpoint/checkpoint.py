@@ -23,19 +23,19 @@ from typing import Any, Literal, overload
 
 from . import loading
 from .adapters.base import Adapter, resolve_adapter
-from .casting import CastPolicy
-from .collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
-from .errors import UnsupportedValue
+from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
+from .format.errors import UnsupportedValue
+from .format.paths import check_segment
+from .format.producer import checked_metadata
 from .loading import LoadResult
 from .location import PathArg, resolve_location
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
-from .paths import check_segment
-from .probe import is_checkpoint, manifest
-from .producer import checked_metadata
 from .progress import ProgressArg, files_bytes, reporting
-from .reader import CheckpointReader
+from .read.casting import CastPolicy
+from .read.probe import is_checkpoint, manifest
+from .read.reader import CheckpointReader
+from .read.restore_plan import Rename, RestorePlan
 from .remote.fspath import FsPath
-from .restore_plan import Rename, RestorePlan
 from .sharding.agreement import agreement
 from .sharding.collective import Collective
 from .write import pipeline

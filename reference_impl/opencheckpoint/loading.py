@@ -19,15 +19,15 @@ from typing import Any
 
 from .adapters.component_io import ComponentReader
 from .adapters.protocol import Adapter, PreparedRestore, prepare_restore
-from .casting import Conversion
-from .errors import CheckpointError, ConcurrentModification, IncompatibleComponent
-from .kind_migrations import missing_step
-from .manifest import KIND_VERSIONS
+from .format.errors import CheckpointError, ConcurrentModification, IncompatibleComponent
+from .format.kind_migrations import missing_step
+from .format.manifest import KIND_VERSIONS
+from .format.producer import runtime_environment
 from .options import CheckpointOptions, Strictness
-from .producer import runtime_environment
 from .progress import advance, files_bytes
-from .reader import CheckpointReader
-from .restore_plan import RestorePlan
+from .read.casting import Conversion
+from .read.reader import CheckpointReader
+from .read.restore_plan import RestorePlan
 
 
 @dataclass

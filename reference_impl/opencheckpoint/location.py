@@ -21,12 +21,12 @@ like that is reached as ``./s3:/...`` (a string: ``pathlib`` drops the ``./``).
 >>> local_path("s3://bucket/ckpt")
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.UnsupportedLocation: UnsupportedLocation: s3://bucket/ckpt: a URL, not a local path: \
+opencheckpoint.format.errors.UnsupportedLocation: UnsupportedLocation: s3://bucket/ckpt: a URL, not a local path: \
 remote storage ('s3://') is not supported here; copy the checkpoint to a local path [R-PUB-20]
 >>> local_path(Path("s3://bucket/ckpt"))
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.UnsupportedLocation: UnsupportedLocation: s3:/bucket/ckpt: a URL collapsed by pathlib \
+opencheckpoint.format.errors.UnsupportedLocation: UnsupportedLocation: s3:/bucket/ckpt: a URL collapsed by pathlib \
 (Path('s3://...') keeps 's3:/'), not a local path: remote storage is not supported that way; pass the URL as a \
 string (a local folder of that name: './s3:/...') [R-PUB-20]
 """

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .adapters.protocol import Adapter
-    from .casting import CastPolicy
-    from .restore_plan import Rename
+    from .read.casting import CastPolicy
+    from .read.restore_plan import Rename
 
 Strictness = Literal["error", "warn", "ignore"]
 STRICTNESS = ("error", "warn", "ignore")

@@ -60,7 +60,7 @@ class _RichSink:
     def __init__(self, description: str, total: int) -> None:
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-        from .cli_output import output_console
+        from .cli.output import output_console
 
         self._bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                              TransferSpeedColumn(), TimeRemainingColumn(), console=output_console(stderr=True),

@@ -14,9 +14,9 @@ import jax.numpy as jnp  # noqa: E402
 
 from opencheckpoint import Checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters.torch import TORCH_DTYPES  # noqa: E402
-from opencheckpoint.dtypes import DTYPES, numpy_dtype  # noqa: E402
-from opencheckpoint.errors import IncompatibleComponent  # noqa: E402
-from opencheckpoint.interchange import Layer, nnx_to_torch_state, torch_state_to_nnx  # noqa: E402
+from opencheckpoint.format.dtypes import DTYPES, numpy_dtype  # noqa: E402
+from opencheckpoint.format.errors import IncompatibleComponent  # noqa: E402
+from opencheckpoint.tools.interchange import Layer, nnx_to_torch_state, torch_state_to_nnx  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.jax]
 

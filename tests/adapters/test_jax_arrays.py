@@ -12,8 +12,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters import jax as jax_adapter  # noqa: E402
-from opencheckpoint.dtypes import DTYPES, numpy_dtype  # noqa: E402
-from opencheckpoint.errors import IncompatibleComponent, UnsupportedValue  # noqa: E402
+from opencheckpoint.format.dtypes import DTYPES, numpy_dtype  # noqa: E402
+from opencheckpoint.format.errors import IncompatibleComponent, UnsupportedValue  # noqa: E402
 from opencheckpoint.tree.nodes import DtypeValue, PRNGKeyValue  # noqa: E402
 
 pytestmark = pytest.mark.jax

@@ -15,8 +15,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, read_component  # noqa: E402
 from opencheckpoint.adapters.jax import restore_nnx  # noqa: E402
-from opencheckpoint.interchange import torch_to_nnx_rename  # noqa: E402
-from opencheckpoint.restore_plan import unflatten  # noqa: E402
+from opencheckpoint.read.restore_plan import unflatten  # noqa: E402
+from opencheckpoint.tools.interchange import torch_to_nnx_rename  # noqa: E402
 
 pytestmark = pytest.mark.jax
 

@@ -42,7 +42,7 @@ WORKER = textwrap.dedent("""
                                initialization_timeout=60)
     from opencheckpoint import Checkpoint
     from opencheckpoint.adapters.jax_collective import JaxCollective
-    from opencheckpoint.errors import CheckpointError, UnsupportedValue
+    from opencheckpoint.format.errors import CheckpointError, UnsupportedValue
 
     full = np.arange(64, dtype=np.float32).reshape(8, 8)
     mesh = jax.make_mesh((4, 2), ("x", "y"))

@@ -15,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from opencheckpoint import Checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters.jax import PytreeAdapter, adapter_for  # noqa: E402
-from opencheckpoint.errors import IncompatibleComponent  # noqa: E402
+from opencheckpoint.format.errors import IncompatibleComponent  # noqa: E402
 from opencheckpoint.tree.nodes import NamedTupleValue  # noqa: E402
 
 pytestmark = pytest.mark.jax

@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters import jax_sharding  # noqa: E402
-from opencheckpoint.errors import IntegrityError  # noqa: E402
+from opencheckpoint.format.errors import IntegrityError  # noqa: E402
 
 pytestmark = [
     pytest.mark.jax,
@@ -187,7 +187,7 @@ def test_restore_nnx_abstract_state_with_shardings(tmp_path: Path) -> None:
 
 
 def test_device_blocks_become_regions_and_a_strided_block_is_refused() -> None:
-    from opencheckpoint.errors import UnsupportedValue
+    from opencheckpoint.format.errors import UnsupportedValue
 
     assert jax_sharding.index_region((slice(2, 4), slice(None)), (8, 3)) == ((2, 0), (2, 3))
     with pytest.raises(UnsupportedValue, match="contiguous"):

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters import jax_sharding  # noqa: E402
-from opencheckpoint.errors import IncompatibleComponent, UnsupportedValue  # noqa: E402
+from opencheckpoint.format.errors import IncompatibleComponent, UnsupportedValue  # noqa: E402
 from opencheckpoint.sharding import LocalShard, ShardedValue  # noqa: E402
 from opencheckpoint.tree.nodes import PRNGKeyValue  # noqa: E402
 

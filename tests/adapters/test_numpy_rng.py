@@ -11,7 +11,7 @@ import pytest
 from opencheckpoint import Checkpoint, read_component
 from opencheckpoint.adapters import numpy_rng
 from opencheckpoint.adapters.base import resolve_adapter
-from opencheckpoint.errors import IncompatibleComponent
+from opencheckpoint.format.errors import IncompatibleComponent
 
 
 @pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937,

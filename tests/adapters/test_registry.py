@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint.adapters import registry
 from opencheckpoint.adapters.base import framework_of
 from opencheckpoint.adapters.frameworks import get_framework
-from opencheckpoint.errors import CheckpointError
-from opencheckpoint.producer import runtime_environment
+from opencheckpoint.format import frameworks as registry
+from opencheckpoint.format.errors import CheckpointError
+from opencheckpoint.format.producer import runtime_environment
 
 
 class ToyTensor:

@@ -21,8 +21,8 @@ import pytest
 from ckpt_helpers import forms
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, IntegrityError, open_checkpoint
-from opencheckpoint.errors import ConcurrentModification
-from opencheckpoint.lent_views import LentTree
+from opencheckpoint.format.errors import ConcurrentModification
+from opencheckpoint.read.lent_views import LentTree
 
 FORMS = ["directory", "archive"]
 MMAP = mmap.mmap  # the type itself, also while a test replaces the constructor

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, read_component  # noqa: E402
-from opencheckpoint.run import RunCheckpointer  # noqa: E402
+from opencheckpoint.run.checkpointer import RunCheckpointer  # noqa: E402
 
 
 class Net(nn.Module):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component  # noqa: E402
 from opencheckpoint.adapters.torch import TORCH_DTYPES, tensor_to_numpy, to_tree_value  # noqa: E402
-from opencheckpoint.dtypes import DTYPES  # noqa: E402
+from opencheckpoint.format.dtypes import DTYPES  # noqa: E402
 from opencheckpoint.tree.nodes import DtypeValue  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedValue
-from opencheckpoint.errors import ConcurrentModification
+from opencheckpoint.format.errors import ConcurrentModification
 
 
 def test_expanded_live_tensor_is_replaced_not_a_phase_two_failure(tmp_path: Path) -> None:

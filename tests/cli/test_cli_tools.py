@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
-from opencheckpoint.run import Rotation
+from opencheckpoint.run.checkpointer import Rotation
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.inspect import describe
-from opencheckpoint.integrity import crc32c_hex
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.integrity import crc32c_hex
+from opencheckpoint.format.manifest import serialize_manifest
+from opencheckpoint.tools.inspect import describe
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -103,7 +103,7 @@ def test_inspect_rejects_every_must_reject_case_but_content_defects() -> None:
     """Over the whole conformance suite: every valid case passes; a defect inspect accepts is one that
     only array or file bytes show."""
     from opencheckpoint import validate
-    from opencheckpoint.errors import CheckpointError
+    from opencheckpoint.format.errors import CheckpointError
 
     accepted = []
     for case in sorted(_CASES.iterdir()):

@@ -26,8 +26,8 @@ from opencheckpoint.conformance.runner import (
     reference_command,
     run,
 )
-from opencheckpoint.dtypes import DTYPES
-from opencheckpoint.errors import ERROR_CLASSES
+from opencheckpoint.format.dtypes import DTYPES
+from opencheckpoint.format.errors import ERROR_CLASSES
 
 SCHEMAS = ROOT / "schemas" / "v1"
 PYTHON = sys.executable

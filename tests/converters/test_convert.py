@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, PRNGKeyValue, open_checkpoint, read_component, validate
-from opencheckpoint.converters import ConversionError, convert, detect_source
+from opencheckpoint.tools.converters import ConversionError, convert, detect_source
 
 torch = pytest.importorskip("torch")
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
-from opencheckpoint.converters import ConversionError, convert, export
-from opencheckpoint.converters.exporting import EXPORT_MAX_NAME_BYTES
+from opencheckpoint.tools.converters import ConversionError, convert, export
+from opencheckpoint.tools.converters.exporting import EXPORT_MAX_NAME_BYTES
 
 pytest.importorskip("safetensors")
 torch = pytest.importorskip("torch")

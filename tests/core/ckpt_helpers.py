@@ -2,7 +2,7 @@
 
 Directory checkpoints are written with :class:`opencheckpoint.Checkpoint` and
 then mutated; manifests are re-serialized with
-:func:`opencheckpoint.manifest.serialize_manifest` so the checksum stays right
+:func:`opencheckpoint.format.manifest.serialize_manifest` so the checksum stays right
 and only the intended rule breaks. Archives are built from a directory by
 :func:`~opencheckpoint.testing.hostile_zip.build_zip` (the public test kit), whose every field can be
 overridden.
@@ -19,8 +19,8 @@ import msgpack
 import numpy as np
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.integrity import crc32c_hex
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.integrity import crc32c_hex
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.testing.hostile_zip import Member, build_zip, members_of
 
 MARK = {tag: msgpack.ExtType(tag, b"") for tag in range(1, 128)}

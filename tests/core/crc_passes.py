@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opencheckpoint import parallel_crc
+from opencheckpoint.read import parallel_crc
 
 
 def count_parallel_passes(monkeypatch: pytest.MonkeyPatch) -> list[int]:

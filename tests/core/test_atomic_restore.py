@@ -19,10 +19,10 @@ import pytest
 from ckpt_helpers import array_node, crc_int, forms, set_tree
 
 from opencheckpoint import ArrayLayoutError, Checkpoint, IntegrityError, open_checkpoint
-from opencheckpoint.arrays import ScratchVerifier
 from opencheckpoint.container.archive import ArchiveSource
 from opencheckpoint.container.base import FileRegion
 from opencheckpoint.container.directory import DirectorySource
+from opencheckpoint.read.arrays import ScratchVerifier
 from opencheckpoint.tree.nodes import ArrayRef
 
 FORMS = ["directory", "archive"]

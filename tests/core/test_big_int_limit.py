@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from opencheckpoint import Checkpoint, UnsupportedValue, read_component
-from opencheckpoint.limits import TREE_MAX_BIG_INT_BYTES
+from opencheckpoint.format.limits import TREE_MAX_BIG_INT_BYTES
 
 
 @pytest.mark.parametrize("value", [10**4400, -(10**4400), 2**8191, -(2**8191) - 1],

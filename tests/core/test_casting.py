@@ -1,4 +1,4 @@
-"""Dtype conversions on restore (opencheckpoint.casting): policies, the lossy report, NaN payloads and ±0."""
+"""Dtype conversions on restore (opencheckpoint.read.casting): policies, the lossy report, NaN payloads and ±0."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from opencheckpoint.casting import Caster, CastRefused, convert, is_lossy, is_widening
+from opencheckpoint.read.casting import Caster, CastRefused, convert, is_lossy, is_widening
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

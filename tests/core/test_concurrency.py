@@ -23,7 +23,7 @@ import pytest
 import opencheckpoint.container.directory as directory_module
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.container import publish
-from opencheckpoint.errors import CheckpointError, ConcurrentModification
+from opencheckpoint.format.errors import CheckpointError, ConcurrentModification
 
 
 def _state(generation: int) -> dict[str, Any]:
@@ -252,7 +252,7 @@ def test_a_save_whose_target_another_writer_moved_aside_gives_no_raw_os_error(
 
 def test_inspect_describes_the_checkpoint_it_opened_when_replaced_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import opencheckpoint.inspect as inspect_module
+    import opencheckpoint.tools.inspect as inspect_module
 
     path = _save(tmp_path / "ckpt", 1)
     original = inspect_module.check_structure

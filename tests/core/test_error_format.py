@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from opencheckpoint.conformance.impl import error_line
-from opencheckpoint.errors import IncompatibleComponent, IntegrityError, UnsupportedValue, format_error
-from opencheckpoint.validate import ValidationIssue
+from opencheckpoint.format.errors import IncompatibleComponent, IntegrityError, UnsupportedValue, format_error
+from opencheckpoint.read.validate import ValidationIssue
 
 
 def test_exception_issue_and_protocol_line_are_one_format() -> None:

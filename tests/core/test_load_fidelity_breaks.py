@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedValue
-from opencheckpoint.errors import ConcurrentModification
+from opencheckpoint.format.errors import ConcurrentModification
 
 
 class _P(collections.namedtuple("_P", "x y")):

@@ -18,7 +18,7 @@ from ckpt_helpers import build_zip, expect_rejected, make_checkpoint, members_of
 
 from opencheckpoint import ArchiveError, LimitExceeded, TreeError, read_component, validate
 from opencheckpoint.conformance.impl import run as protocol
-from opencheckpoint.limits import TREE_MAX_NODES
+from opencheckpoint.format.limits import TREE_MAX_NODES
 from opencheckpoint.tree.decode import decode_tree, exact_decode
 
 DATA = 0  # index of components/cfg/value.json (sorted first)

@@ -30,7 +30,7 @@ from ckpt_helpers import (
 
 from opencheckpoint import validate
 from opencheckpoint.conformance.impl import run as protocol
-from opencheckpoint.integrity import crc32c_hex
+from opencheckpoint.format.integrity import crc32c_hex
 
 FORMS = ["directory", "archive"]
 MALFORMED_TREE = b"\x91\xc1"  # an array holding byte c1, which starts no msgpack object (R-TREE-3)

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from crc_passes import count_parallel_passes
 
-from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, parallel_crc
-from opencheckpoint.integrity import crc32c_of
-from opencheckpoint.parallel_crc import crc32c_many
+from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint
+from opencheckpoint.format.integrity import crc32c_of
+from opencheckpoint.read import parallel_crc
+from opencheckpoint.read.parallel_crc import crc32c_many
 
 
 @pytest.fixture
@@ -115,8 +116,8 @@ def test_a_forked_child_gets_a_pool_of_its_own(small_pieces: list[int]) -> None:
 
 _AT_EXIT = """
 import atexit, numpy as np
-from opencheckpoint import parallel_crc
-from opencheckpoint.integrity import crc32c_of
+from opencheckpoint.read import parallel_crc
+from opencheckpoint.format.integrity import crc32c_of
 parallel_crc.PARALLEL_MIN_BYTES = 0
 parallel_crc._helper_count = lambda: 2
 data = [np.arange(50000, dtype=np.uint8), np.arange(7, dtype=np.uint8)]

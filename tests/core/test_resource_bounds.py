@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.integrity import crc32c_hex
-from opencheckpoint.opening import REPORTED_PER_RULE
+from opencheckpoint.format.integrity import crc32c_hex
+from opencheckpoint.read.opening import REPORTED_PER_RULE
 
 MIB = 1 << 20
 ALLOWANCE = 64 * MIB
@@ -35,7 +35,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     from opencheckpoint import read_component, validate
     from opencheckpoint.conformance import impl
-    from opencheckpoint.errors import CheckpointError
+    from opencheckpoint.format.errors import CheckpointError
 
     def peak():
         with open("/proc/self/status") as status:
@@ -57,7 +57,7 @@ _CHILD = textwrap.dedent("""
     elif operation == "read":
         result = len(read_component(path, "model"))
     elif operation == "inspect":
-        from opencheckpoint.inspect import describe
+        from opencheckpoint.tools.inspect import describe
         summary = describe(path)
         result = [summary["ok"], max(len(a["path"]) for a in summary["components"]["model"]["arrays"])]
     else:

@@ -1,4 +1,4 @@
-"""Key-path renaming and subtree selection on restore (opencheckpoint.restore_plan), framework-free."""
+"""Key-path renaming and subtree selection on restore (opencheckpoint.read.restore_plan), framework-free."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, NamedTupleValue, read_component
-from opencheckpoint.restore_hints import suggest
-from opencheckpoint.restore_plan import Renamer, RestorePlan, flatten, unflatten
+from opencheckpoint.read.restore_hints import suggest
+from opencheckpoint.read.restore_plan import Renamer, RestorePlan, flatten, unflatten
 
 
 @pytest.mark.parametrize(("rename", "path", "expected"), [

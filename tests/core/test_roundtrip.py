@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opencheckpoint import Checkpoint, CheckpointError, read_component, validate
-from opencheckpoint.dtypes import DTYPES, dtype_name, numpy_dtype
+from opencheckpoint.format.dtypes import DTYPES, dtype_name, numpy_dtype
 from opencheckpoint.tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

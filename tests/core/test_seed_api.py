@@ -25,7 +25,7 @@ from opencheckpoint import (
     read_component,
 )
 from opencheckpoint.adapters import DumpLoadAdapter, JsonAdapter, StateDictAdapter, TreeAdapter
-from opencheckpoint.migrations import DEFAULT_CHAIN
+from opencheckpoint.format.migrations import DEFAULT_CHAIN
 
 
 def _saved(tmp_path: Path, **extra: Any) -> Path:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import open_checkpoint, read_component, validate
-from opencheckpoint.errors import (
+from opencheckpoint.format.errors import (
     ArrayLayoutError,
     CheckpointError,
     IntegrityError,
@@ -22,7 +22,7 @@ from opencheckpoint.errors import (
     TreeError,
     UnsupportedVersion,
 )
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.sharding import check_tiling, intersect, slices_to_region
 from opencheckpoint.testing.sharded import DataFiles, write_checkpoint
 
@@ -246,7 +246,7 @@ def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_grid_count_the_sweep_and_the_pairwise_check_agree_on_overlaps(seed: int) -> None:
-    from opencheckpoint.sharding import tiling
+    from opencheckpoint.rules import tiling
 
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, 20, size=(30, 3))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, open_checkpoint
-from opencheckpoint.errors import IntegrityError
-from opencheckpoint.inspect import describe
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.errors import IntegrityError
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.testing.sharded import DataFiles, write_checkpoint
+from opencheckpoint.tools.inspect import describe
 
 R0, R1 = "shards/rank-00000.bin", "shards/rank-00001.bin"
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from opencheckpoint import open_checkpoint, read_component, validate
-from opencheckpoint.errors import ArrayLayoutError, IncompatibleComponent, IntegrityError, LimitExceeded
-from opencheckpoint.integrity import crc32c_of, format_crc32c
-from opencheckpoint.manifest import serialize_manifest
+from opencheckpoint.format.errors import ArrayLayoutError, IncompatibleComponent, IntegrityError, LimitExceeded
+from opencheckpoint.format.integrity import crc32c_of, format_crc32c
+from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.testing.sharded import SHARDED, DataFiles, write_checkpoint
 
 A = np.arange(8, dtype=np.float32).reshape(2, 4)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opencheckpoint.errors import CheckpointError
+from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.tree.decode import _Doubt, decode_tree, exact_decode, fast_decode
 from opencheckpoint.tree.encode import TreePlan
 from opencheckpoint.tree.nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, read_component, validate
-from opencheckpoint.integrity import crc32c_hex
+from opencheckpoint.format.integrity import crc32c_hex
 
 MIB = 1 << 20
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import ArrayLayoutError, Checkpoint, IntegrityError, open_checkpoint, read_component
-from opencheckpoint.errors import CheckpointError
+from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.tree.decode import decode_tree, exact_decode
 from opencheckpoint.tree.layout import check_layout, layout_errors, layout_is_valid
 from opencheckpoint.tree.nodes import ArrayRef

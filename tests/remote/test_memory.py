@@ -26,13 +26,13 @@ from opencheckpoint import (
     read_component,
     validate,
 )
-from opencheckpoint.cli import main
+from opencheckpoint.cli.main import main
 from opencheckpoint.container import publish as local_publish
 from opencheckpoint.container.debris import machine_token
-from opencheckpoint.errors import ConcurrentModification
-from opencheckpoint.inspect import describe
+from opencheckpoint.format.errors import ConcurrentModification
 from opencheckpoint.remote import FsPath
-from opencheckpoint.run import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer, resolve_checkpoint_path
+from opencheckpoint.tools.inspect import describe
 
 fsspec = pytest.importorskip("fsspec")
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, CheckpointError, TargetExists, validate
-from opencheckpoint.cli import main
+from opencheckpoint.cli.main import main
 from opencheckpoint.container import publish as local_publish
 from opencheckpoint.container.debris import machine_token
 from opencheckpoint.remote import FsPath
-from opencheckpoint.run import Rotation
+from opencheckpoint.run.checkpointer import Rotation
 
 fsspec = pytest.importorskip("fsspec")
 

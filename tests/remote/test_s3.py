@@ -17,7 +17,7 @@ from remote_fetches import FetchCounter
 
 from opencheckpoint import Checkpoint, NotACheckpoint, open_checkpoint, read_component, validate
 from opencheckpoint.remote import FsPath
-from opencheckpoint.run import Rotation, RunCheckpointer
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")

@@ -11,7 +11,7 @@ import pytest
 from write_hold import hold_writes, reset_fault_hook  # noqa: F401  (an autouse fixture)
 
 from opencheckpoint import Checkpoint, CheckpointError, open_checkpoint, validate
-from opencheckpoint.run import Rotation, RunCheckpointer
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer
 
 
 def names(directory: Path) -> list[str]:

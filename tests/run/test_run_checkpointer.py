@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IncompatibleComponent, NotACheckpoint, open_checkpoint
-from opencheckpoint.run import RunCheckpointer
+from opencheckpoint.run.checkpointer import RunCheckpointer
 
 
 def make(tmp_path: Path, **kwargs: object) -> tuple[RunCheckpointer, dict, dict]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint.rng import GlobalRNGState, GlobalRNGStateAdapter
+from opencheckpoint.run.rng import GlobalRNGState, GlobalRNGStateAdapter
 
 torch = pytest.importorskip("torch")
 
@@ -61,7 +61,7 @@ def test_restored_after_every_other_component(tmp_path: Path) -> None:
 
 
 def test_capture_imports_no_framework() -> None:
-    code = ("import sys; from opencheckpoint.rng import GlobalRNGState; s = GlobalRNGState().state_dict(); "
+    code = ("import sys; from opencheckpoint.run.rng import GlobalRNGState; s = GlobalRNGState().state_dict(); "
             "assert 'torch' not in sys.modules and 'jax' not in sys.modules, sorted(sys.modules); "
             "assert sorted(s) == ['numpy', 'python'], sorted(s)")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -70,11 +70,11 @@ def test_capture_imports_no_framework() -> None:
 def test_jax_config_captured_and_restored_without_importing_jax(tmp_path: Path) -> None:
     path = tmp_path / "c"
     save = ("import jax; jax.config.update('jax_enable_x64', True); "
-            "from opencheckpoint import Checkpoint; from opencheckpoint.rng import GlobalRNGState; "
+            "from opencheckpoint import Checkpoint; from opencheckpoint.run.rng import GlobalRNGState; "
             f"Checkpoint(rng=GlobalRNGState()).save({str(path)!r})")
     subprocess.run([sys.executable, "-c", save], check=True)
     assert read_component(path, "rng")["jax_config"]["jax_enable_x64"] is True
-    load = ("import os, sys; from opencheckpoint import Checkpoint; from opencheckpoint.rng import GlobalRNGState; "
+    load = ("import os, sys; from opencheckpoint import Checkpoint; from opencheckpoint.run.rng import GlobalRNGState; "
             f"Checkpoint(rng=GlobalRNGState()).load({str(path)!r}); "
             "assert 'jax' not in sys.modules; assert os.environ['JAX_ENABLE_X64'] == '1'; "
             "import jax; assert jax.config.jax_enable_x64")

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("torch")
 
 from opencheckpoint import read_component
-from opencheckpoint.demo import bit_differences
-from opencheckpoint.run import Rotation, resolve_checkpoint_path
+from opencheckpoint.examples.demo import bit_differences
+from opencheckpoint.run.checkpointer import Rotation, resolve_checkpoint_path
 
 UPDATES, INTERVAL, SIGTERM_AT = 30, 10, 13
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint.run import Rotation, RunCheckpointer
+from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer
 
 
 def _run(directory: Path | None, **kwargs: Any) -> tuple[RunCheckpointer, dict[str, Any], dict[str, Any]]:

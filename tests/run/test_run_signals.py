@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from opencheckpoint.run import StopOnSignal
+from opencheckpoint.run.checkpointer import StopOnSignal
 
 
 def test_first_signal_requests_stop_second_interrupts() -> None:

@@ -103,7 +103,7 @@ def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optim
 
 def record_shard_reads() -> dict[str, set[str]]:
     """Record the shard files each component's restore reads from (component path -> file names)."""
-    from opencheckpoint.sharding.reading import ShardedReads
+    from opencheckpoint.read.sharded import ShardedReads
 
     touched: dict[str, set[str]] = {}
     original = ShardedReads.shard

@@ -19,8 +19,8 @@ import crc32c
 import msgpack
 import numpy as np
 
-from opencheckpoint.dtypes import numpy_dtype
-from opencheckpoint.errors import CheckpointError
+from opencheckpoint.format.dtypes import numpy_dtype
+from opencheckpoint.format.errors import CheckpointError
 from opencheckpoint.sharding import CollectiveError
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from shard_helpers import ThreadRank, ThreadWorld
 
-from opencheckpoint.errors import IntegrityError
+from opencheckpoint.format.errors import IntegrityError
 from opencheckpoint.sharding import CollectiveError
 from opencheckpoint.sharding.agreement import agreement, load_digest
 

@@ -24,7 +24,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor  # noqa: E402
 
 from opencheckpoint import Checkpoint, read_component  # noqa: E402
-from opencheckpoint.errors import IntegrityError, UnsupportedValue  # noqa: E402
+from opencheckpoint.format.errors import IntegrityError, UnsupportedValue  # noqa: E402
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ The coordinator's own data files are fsynced while it waits for the other
 ranks, ``tree.msgpack``, the manifest and the directories in one batch of
 concurrent fsyncs (:func:`~opencheckpoint.container.publish.fsync_together`),
 and a rank's shard file has its writeback started while it is written
-(:mod:`opencheckpoint.tree.writeback`). These tests check what each promises:
+(:mod:`opencheckpoint.container.writeback`). These tests check what each promises:
 nothing is left unsynced when the rename comes, the batch really runs at once,
 and the writeback hints cover the whole file.
 """
@@ -26,8 +26,8 @@ import opencheckpoint.container.staged as staged_module
 import opencheckpoint.tree.datafile as datafile_module
 from opencheckpoint import Checkpoint, read_component
 from opencheckpoint.container.publish import fsync_together
+from opencheckpoint.container.writeback import WRITEBACK_BYTES, WritebackFile
 from opencheckpoint.sharding import LocalShard, ShardedValue
-from opencheckpoint.tree.writeback import WRITEBACK_BYTES, WritebackFile
 
 FULL = np.arange(6 * (1 << 19), dtype=np.float32).reshape(6, -1)  # 12 MiB: more than one writeback chunk
 

@@ -15,7 +15,7 @@ import pytest
 from shard_helpers import ThreadRank, ThreadWorld, read_raw
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.errors import TargetExists, UnsupportedValue
+from opencheckpoint.format.errors import TargetExists, UnsupportedValue
 from opencheckpoint.sharding import CollectiveError, LocalCollective, LocalShard, ShardedValue
 
 FULL = np.arange(60, dtype=np.float32).reshape(6, 10)

@@ -20,9 +20,9 @@ from opencheckpoint import (
     read_component,
     register_migration,
 )
-from opencheckpoint import migrations as migrations_module
 from opencheckpoint.adapters import Adapter, ComponentReader, ComponentWriter
-from opencheckpoint.migrations import MigrationChainRunner, MigrationStep
+from opencheckpoint.format import migrations as migrations_module
+from opencheckpoint.format.migrations import MigrationChainRunner, MigrationStep
 
 
 def _kind() -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from opencheckpoint.errors import UnsupportedVersion
-from opencheckpoint.migrations import DEFAULT_CHAIN, MigrationChainRunner, MigrationStep
+from opencheckpoint.format.errors import UnsupportedVersion
+from opencheckpoint.format.migrations import DEFAULT_CHAIN, MigrationChainRunner, MigrationStep
 
 
 def _rename_meta(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def test_reader_migrates_an_older_manifest_through_the_chain() -> None:
     """A test-only v0 ('meta' instead of 'metadata', no checksum) is read as v1 through parse_manifest."""
     import json
 
-    from opencheckpoint.manifest import parse_manifest, serialize_manifest
+    from opencheckpoint.format.manifest import parse_manifest, serialize_manifest
 
     def to_v1(manifest: dict[str, Any]) -> dict[str, Any]:
         body = _rename_meta(manifest)

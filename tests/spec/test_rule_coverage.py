@@ -22,10 +22,10 @@ import opencheckpoint
 from opencheckpoint.rules.archive import ZIP
 from opencheckpoint.rules.container import CON
 from opencheckpoint.rules.publication import PUB
+from opencheckpoint.rules.sharded import SHD
 from opencheckpoint.rules.tree import TREE
 from opencheckpoint.rules.v1 import V1
 from opencheckpoint.rules.v2 import V2
-from opencheckpoint.sharding.rules import SHD
 
 PACKAGE = Path(opencheckpoint.__file__).parent
 SPEC = Path(__file__).resolve().parents[2] / "spec"
@@ -44,7 +44,7 @@ _CHAIN = "a rule of the migration-chain declaration: a model validator of Migrat
 _COLLECTIVE = ("the collective save procedure (format version 2, §S.7): a writer obligation met by the save engine "
                "of opencheckpoint.sharding; its multi-process tests (rank death, no publication) pin the behaviour")
 _META = "a rule about other rules (it names the error class or itemsize they use); each of those has its check"
-_REMOTE = "a writer obligation on object stores: remote/publish.py and remote/rotation.py meet it by construction; "
+_REMOTE = "a writer obligation on object stores: remote/publish.py and run/remote_store.py meet it by construction; "
 _REMOTE += "tests/remote covers it (memory:// and an S3 server, a writer killed before its manifest)"
 
 #: Rule ID -> why it has no check site of its own.
@@ -63,7 +63,7 @@ EXEMPT: dict[str, str] = {
     **dict.fromkeys(["R-DT-2", "R-ERR-1", "R-ERR-2", "R-ERR-3", "R-VER-15"], _META),
     **dict.fromkeys(["R-SHD-13", "R-SHD-14"], _WRITER),
     **dict.fromkeys(["R-SHD-16", "R-SHD-17", "R-SHD-18", "R-SHD-19", "R-SHD-20"], _COLLECTIVE),
-    "R-SHD-15": "a reader behaviour (verify each shard used, open no other): opencheckpoint.sharding.reading "
+    "R-SHD-15": "a reader behaviour (verify each shard used, open no other): opencheckpoint.read.sharded "
                 "verifies through R-ARR-14's check; tests/core/test_sharded.py pins which shards a region read opens",
     **dict.fromkeys(["R-PUB-22", "R-PUB-23", "R-PUB-24"], _REMOTE),
 }
@@ -151,7 +151,7 @@ def test_every_rule_id_is_checked_or_exempt_with_a_reason() -> None:
 
 def test_each_rule_of_a_rule_table_is_checked_by_its_table_function_only() -> None:
     sites = check_sites()
-    tables = (("rules/v1.py", V1), ("rules/v2.py", V2), ("sharding/rules.py", SHD), ("rules/archive.py", ZIP),
+    tables = (("rules/v1.py", V1), ("rules/v2.py", V2), ("rules/sharded.py", SHD), ("rules/archive.py", ZIP),
               ("rules/container.py", CON), ("rules/publication.py", PUB), ("rules/tree.py", TREE))
     for module, table in tables:
         for rule_id, rule in table.rules.items():
@@ -166,7 +166,7 @@ def test_every_other_rule_has_one_check_site_unless_listed_as_spread() -> None:
 
 
 def test_a_second_check_for_one_rule_is_refused() -> None:
-    from opencheckpoint.errors import ManifestError
+    from opencheckpoint.format.errors import ManifestError
     from opencheckpoint.rules import RuleTable
 
     table = RuleTable(version=0, file="x.json")
@@ -180,7 +180,7 @@ def test_a_second_check_for_one_rule_is_refused() -> None:
 
 
 def test_one_check_serves_reader_and_writer_and_names_the_file_it_is_given() -> None:
-    from opencheckpoint.errors import IntegrityError, UnknownDtype, UnsupportedValue
+    from opencheckpoint.format.errors import IntegrityError, UnknownDtype, UnsupportedValue
 
     reader = TREE.check("R-DT-1", "$.w", None, "float128")
     writer = TREE.check("R-DT-1", "$.w", None, "float128", reported_as=UnsupportedValue)

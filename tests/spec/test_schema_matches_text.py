@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from opencheckpoint.errors import ManifestError
-from opencheckpoint.manifest import parse_manifest, serialize_manifest
+from opencheckpoint.format.errors import ManifestError
+from opencheckpoint.format.manifest import parse_manifest, serialize_manifest
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas/v1/manifest.schema.json").read_text("utf-8"))
 

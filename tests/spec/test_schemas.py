@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from opencheckpoint.schema_export import build_schemas, export_schemas
+from opencheckpoint.tools.schema_export import build_schemas, export_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas" / "v1"

@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 
-from opencheckpoint.errors import TreeError
-from opencheckpoint.manifest import verify_manifest_checksum
+from opencheckpoint.format.errors import TreeError
+from opencheckpoint.format.manifest import verify_manifest_checksum
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "fuzz" / "fuzz_reader.py"
@@ -100,7 +100,7 @@ def test_opaque_component_corruption_is_not_a_finding(fuzz: ModuleType, tmp_path
     raw.pop("manifest_crc32c")
     record = next(iter(raw["components"].values()))
     record["kind_version"] = 2
-    from opencheckpoint.manifest import serialize_manifest
+    from opencheckpoint.format.manifest import serialize_manifest
 
     files["manifest.json"] = serialize_manifest(raw)
     rel = f"{record['path']}/tree.msgpack"

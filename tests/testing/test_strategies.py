@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.adapters.base import TreeAdapter
-from opencheckpoint.dtypes import DTYPES
+from opencheckpoint.format.dtypes import DTYPES
 from opencheckpoint.testing import strategies as s
 from opencheckpoint.testing.adapter_tests import ImportRecorder
 from opencheckpoint.testing.compare import assert_tree_equal

@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IncompatibleComponent
-from ..strict_json import is_json_value
-from . import numpy_rng, registry
+from ..format import frameworks as registry
+from ..format.errors import IncompatibleComponent
+from ..format.strict_json import is_json_value
+from . import numpy_rng
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .dataclass_adapter import DataclassAdapter, is_dataclass_instance
@@ -130,7 +131,7 @@ class TreeAdapter(Adapter):
 
     A NumPy restore is verify-first (all or nothing): every array of the
     component is checked before any existing array is written, so a corrupt
-    checkpoint raises :class:`~opencheckpoint.errors.IntegrityError` and
+    checkpoint raises :class:`~opencheckpoint.format.errors.IntegrityError` and
     leaves the live arrays as they were. ``verify=False`` (the caller's
     explicit opt-out) fills them in one pass without checks.
     """
@@ -190,7 +191,7 @@ def _check_bare_array(value: np.ndarray, reader: ComponentReader) -> None:
 
 
 def _numpy_dtype_name(name: str) -> Any:
-    from ..dtypes import numpy_dtype
+    from ..format.dtypes import numpy_dtype
 
     return numpy_dtype(name)
 

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
-from ..integrity import crc32c_of, file_entry, new_sha256
+from ..format.errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..format.integrity import crc32c_of, file_entry, new_sha256
+from ..format.strict_json import dump_json, encode_utf8
 from ..manifest_builder import component_record
-from ..restore_plan import RestorePlan
-from ..strict_json import dump_json, encode_utf8
+from ..read.restore_plan import RestorePlan
 from ..tree.encode import small_file_entry, write_small_file, write_tree
 from .frameworks import convert_leaf
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
-    from ..reader import CheckpointReader
+    from ..read.reader import CheckpointReader
 
 
 @dataclass
@@ -123,7 +123,7 @@ class ComponentReader:
     name: str
     map_location: Any = None
     verify: bool = True
-    #: ``rename=`` / ``subtree=`` / ``cast=`` of the load (:mod:`opencheckpoint.restore_plan`); empty by default
+    #: ``rename=`` / ``subtree=`` / ``cast=`` of the load (:mod:`opencheckpoint.read.restore_plan`); empty by default
     plan: RestorePlan = field(default_factory=RestorePlan)
     #: arguments for the object's own load method (``CheckpointOptions.load_args``/``load_kwargs``)
     method_args: tuple[Any, ...] = ()
@@ -138,7 +138,8 @@ class ComponentReader:
 
     def tree(self, framework: str = "numpy", *, embedded: bool = False) -> Any:
         """The stored tree, its key paths selected and renamed by :attr:`plan` (``embedded``: optimizer
-        states, whose parameter trees lie below their own fields; see :class:`~opencheckpoint.restore_plan.Renamer`)."""
+        states, whose parameter trees lie below their own fields; see
+        :class:`~opencheckpoint.read.restore_plan.Renamer`)."""
         value = self.reader.read(self.name, framework=framework, verify=self.verify, map_location=self.map_location)
         return self.plan.apply(value, self.name, embedded=embedded)
 
@@ -167,7 +168,7 @@ class ComponentReader:
         """
         if not self.verify:
             return
-        from ..arrays import ScratchVerifier
+        from ..read.arrays import ScratchVerifier
 
         record = self.record
         if record.kind == "tree":
@@ -192,7 +193,7 @@ class ComponentReader:
         :func:`opencheckpoint.register_migration`, in order; the checkpoint is
         never rewritten.
         """
-        from ..kind_migrations import migrate_files
+        from ..format.kind_migrations import migrate_files
 
         record = self.record
         stored = {rel: self.reader.read_small(self.name, rel) for rel in record.files}

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import dtype_name
+from ..format.dtypes import dtype_name
 from ..tree.nodes import NamedTupleValue, PRNGKeyValue
 
 _ABSENT: Any = object()

@@ -10,7 +10,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from ..errors import IncompatibleComponent
+from ..format.errors import IncompatibleComponent
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .protocol import Adapter, PreparedRestore

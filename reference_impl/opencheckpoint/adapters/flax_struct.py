@@ -8,7 +8,7 @@ field of such a dataclass in its named-tuple node (:func:`record`): leaves as
 usual, static values by :func:`static_form`. On load, :func:`split_static`
 compares each static value of the live target with the stored one before the
 leaves are matched; a difference is a problem of the load like a wrong shape
-(``strict="error"`` raises :class:`~opencheckpoint.errors.IncompatibleComponent`
+(``strict="error"`` raises :class:`~opencheckpoint.format.errors.IncompatibleComponent`
 naming the field). The live value is the one the restored object keeps: it is
 equal to the stored one whenever the load succeeds under ``strict="error"``.
 
@@ -40,8 +40,8 @@ from typing import Any, Final
 import jax
 import numpy as np
 
-from ..dtypes import dtype_name, numpy_dtype
-from ..errors import CheckpointError
+from ..format.dtypes import dtype_name, numpy_dtype
+from ..format.errors import CheckpointError
 from ..testing.compare import assert_tree_equal
 from ..tree.nodes import NamedTupleValue
 

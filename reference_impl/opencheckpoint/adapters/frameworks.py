@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..dtypes import numpy_dtype
-from ..errors import CheckpointError
+from ..format import frameworks as registry
+from ..format.dtypes import numpy_dtype
+from ..format.errors import CheckpointError
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import PRNGKeyValue
-from . import registry
 
 
 class Framework(Protocol):

@@ -21,7 +21,7 @@ name such as ``"cpu"``.
 
 **64-bit dtypes.** With ``jax_enable_x64`` off (JAX's default), JAX silently
 truncates int64/uint64/float64/complex128 to 32 bits. Loading such an array
-into JAX therefore raises :class:`~opencheckpoint.errors.IncompatibleComponent`
+into JAX therefore raises :class:`~opencheckpoint.format.errors.IncompatibleComponent`
 telling you to enable x64 (``jax.config.update("jax_enable_x64", True)``) or to
 read with ``framework="numpy"``; bits are never changed silently.
 
@@ -51,11 +51,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..casting import CastPolicy
-from ..errors import CheckpointError, IncompatibleComponent
-from ..restore_plan import Rename, RestorePlan
+from ..format import frameworks as registry
+from ..format.errors import CheckpointError, IncompatibleComponent
+from ..read.casting import CastPolicy
+from ..read.restore_plan import Rename, RestorePlan
 from ..tree.nodes import NamedTupleValue
-from . import flax_struct, jax_sharding, registry
+from . import flax_struct, jax_sharding
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
 from .jax_matcher import TreeMatcher, _key_str, _matcher, _settle
 from .jax_values import FRAMEWORK, KEY_IMPLS, JaxFramework, _nnx, is_key, key_impl_name, placement, to_tree_value
@@ -160,7 +161,7 @@ def _torch_hint(reader: ComponentReader) -> str:
         return ""
     return (f" (component {reader.name!r} was saved from a torch {hints['class']}: torch and NNX name and lay out "
             "parameters differently; read it with read_component, convert with "
-            "opencheckpoint.interchange.torch_state_to_nnx(state, mapping) and apply nnx.replace_by_pure_dict; "
+            "opencheckpoint.tools.interchange.torch_state_to_nnx(state, mapping) and apply nnx.replace_by_pure_dict; "
             "see the PyTorch and JAX interchange page of the docs)")
 
 
@@ -243,7 +244,7 @@ def restore_nnx(
     """
     from flax import nnx
 
-    from ..reader import CheckpointReader
+    from ..read.reader import CheckpointReader
 
     graphdef, state = target if isinstance(target, tuple) else nnx.split(target)
     plan = RestorePlan(rename, subtree, cast)

@@ -20,10 +20,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..casting import Caster, CastRefused
-from ..dtypes import dtype_name, numpy_dtype
-from ..errors import CheckpointError, IncompatibleComponent
-from ..restore_hints import suggest
+from ..format.dtypes import dtype_name, numpy_dtype
+from ..format.errors import CheckpointError, IncompatibleComponent
+from ..read.casting import Caster, CastRefused
+from ..read.restore_hints import suggest
 from ..tree.nodes import NamedTupleValue, PRNGKeyValue
 from . import jax_sharding
 from .base import ComponentReader

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from ..dtypes import dtype_name
-from ..errors import IncompatibleComponent, UnsupportedValue
+from ..format.dtypes import dtype_name
+from ..format.errors import IncompatibleComponent, UnsupportedValue
 from ..sharding import LocalShard, ShardedValue
 
 Region = tuple[tuple[int, ...], tuple[int, ...]]
@@ -109,7 +109,7 @@ def wants_regions(target: Any) -> bool:
 
 
 def lazy_tree(reader: Any, name: str) -> Any:
-    """Component ``name`` of an open :class:`~opencheckpoint.reader.CheckpointReader` with lazy array handles.
+    """Component ``name`` of an open :class:`~opencheckpoint.read.reader.CheckpointReader` with lazy array handles.
 
     (Typed ``Any``: the adapters take the reader from their caller and never import the read path.)
     """

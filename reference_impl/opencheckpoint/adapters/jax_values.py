@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dtypes import dtype_name
-from ..errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..format.dtypes import dtype_name
+from ..format.errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..rules import raise_if
 from ..rules.tree import TREE
 from ..tree.encode import NOT_HANDLED

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import IncompatibleComponent
+from ..format.errors import IncompatibleComponent
 from .protocol import Adapter, PreparedRestore
 
 if TYPE_CHECKING:  # annotations only: component_io imports the framework hooks, which import this module

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import registry
+from ..format import frameworks as registry
 
 if TYPE_CHECKING:  # annotations only: component_io imports the framework hooks, which reach this module
     from .component_io import ComponentReader, ComponentWriter
@@ -63,7 +63,7 @@ class Adapter(abc.ABC):
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         """Phase 1: read and check everything; MUST NOT modify ``value``.
 
-        Raise :class:`~opencheckpoint.errors.IncompatibleComponent` for a
+        Raise :class:`~opencheckpoint.format.errors.IncompatibleComponent` for a
         stored state that does not fit ``value`` under ``strict="error"``
         (under ``"warn"``/``"ignore"`` prepare the part that fits). The
         default, for adapters that define only :meth:`load`, verifies the

@@ -13,13 +13,13 @@ import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from ..errors import IncompatibleComponent
+from ..format.errors import IncompatibleComponent
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
 from .protocol import Adapter, PreparedRestore, container_framework
 
 if TYPE_CHECKING:
-    from ..lent_views import LentTree
+    from ..read.lent_views import LentTree
 
 
 class StateDictAdapter(Adapter):

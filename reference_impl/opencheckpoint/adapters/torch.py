@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..casting import CastRefused
-from ..dtypes import numpy_dtype
-from ..errors import IncompatibleComponent, UnsupportedValue
-from ..restore_hints import suggest
-from ..restore_plan import RestorePlan
+from ..format.dtypes import numpy_dtype
+from ..format.errors import IncompatibleComponent, UnsupportedValue
+from ..read.casting import CastRefused
+from ..read.restore_hints import suggest
+from ..read.restore_plan import RestorePlan
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue
 from .component_io import ComponentReader, ComponentWriter
@@ -340,7 +340,7 @@ def _version_metadata(state: Any) -> dict[str, Any] | None:
     is written exactly as before versions were kept; loading restores the
     default for every prefix not recorded.
     """
-    from ..strict_json import is_json_value
+    from ..format.strict_json import is_json_value
 
     metadata = getattr(state, "_metadata", None)
     if metadata is None:

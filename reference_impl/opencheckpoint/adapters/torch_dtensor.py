@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from ..sharding.reading import ComponentFiles, ShardedReads
+from ..read.sharded import ComponentFiles, ShardedReads
 from ..tree.nodes import ShardedArrayRef
 from ..tree.refusals import refuse
 from ..tree.shard_plan import LocalShard, ShardedValue

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dtypes import dtype_name, numpy_dtype
-from ..errors import IncompatibleComponent, UnsupportedValue
+from ..format.dtypes import dtype_name, numpy_dtype
+from ..format.errors import IncompatibleComponent, UnsupportedValue
 from ..rules import required
 from ..rules.tree import TREE
 from ..tree.decode import empty_array

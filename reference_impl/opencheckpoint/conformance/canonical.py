@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ..dtypes import dtype_name, numpy_dtype
+from ..format.dtypes import dtype_name, numpy_dtype
 from ..tree.decode import empty_array
 from ..tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
@@ -194,7 +194,7 @@ def array_value(node: dict[str, Any]) -> np.ndarray:
 def render_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Open, fully validate and decode a checkpoint; return its Appendix B rendering.
 
-    Raises the first :class:`~opencheckpoint.errors.CheckpointError` that
+    Raises the first :class:`~opencheckpoint.format.errors.CheckpointError` that
     validation reports (spec R-RDR-5: every check happens before anything is printed).
     """
     return rendering_document(path, render_content)
@@ -209,8 +209,8 @@ def rendering_document(
     (:func:`opencheckpoint.conformance.json_text.write_checkpoint_rendering`), one that leaves trees to be
     rendered while they are written.
     """
-    from ..reader import CheckpointReader
-    from ..validate import validate
+    from ..read.reader import CheckpointReader
+    from ..read.validate import validate
 
     report = validate(path)
     if not report.ok:
@@ -350,7 +350,7 @@ def is_complete(rendering: dict[str, Any]) -> bool:
 
 def first_error(report: Any) -> Any:
     """The error a protocol command reports for a failed validation: the first one found."""
-    from ..errors import ERROR_CLASSES
+    from ..format.errors import ERROR_CLASSES
 
     issue = report.errors[0]
     return ERROR_CLASSES[issue.error](issue.message, file=issue.file, field=issue.field, rule=issue.rule)

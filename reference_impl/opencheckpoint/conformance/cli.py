@@ -1,6 +1,6 @@
 """``opencheckpoint conformance impl ...`` and ``opencheckpoint conformance run ...``.
 
-:func:`add_commands` is called by :mod:`opencheckpoint.cli` to add the
+:func:`add_commands` is called by :mod:`opencheckpoint.cli.main` to add the
 ``conformance`` command group.
 """
 

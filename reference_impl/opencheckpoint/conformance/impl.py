@@ -6,7 +6,7 @@ checkpoint with that content; ``... impl capabilities`` prints the
 capabilities object. Failures print ``error: <ErrorClass>: <message>`` as the
 first stderr line and exit with status 1.
 
->>> from opencheckpoint.errors import TreeError, UnsupportedValue
+>>> from opencheckpoint.format.errors import TreeError, UnsupportedValue
 >>> error_line(TreeError("bad\\nnode", file="a/tree.msgpack", field="/x"))
 'error: TreeError: a/tree.msgpack: /x: bad node'
 >>> error_line(UnsupportedValue("cannot store"))
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import CheckpointError, ManifestError, format_error
+from ..format.errors import CheckpointError, ManifestError, format_error
 
 IMPLEMENTATION = "opencheckpoint-python"
 

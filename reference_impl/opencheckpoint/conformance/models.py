@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..models import EXTENSION_NAME_PATTERN, ID_PATTERN, KIND_PATTERN, PATH_PATTERN, TIMESTAMP_PATTERN
+from ..format.models import EXTENSION_NAME_PATTERN, ID_PATTERN, KIND_PATTERN, PATH_PATTERN, TIMESTAMP_PATTERN
 
 #: Error classes of spec Table 16-1 (what a must-reject case may expect).
 ERROR_CLASS_NAMES = (

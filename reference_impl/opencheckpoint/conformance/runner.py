@@ -276,7 +276,7 @@ def run_writer_case(case: Case, command: Command, skip: dict[str, str], workdir:
         outcome.status = "fail"
         outcome.detail = f"write failed (exit {done.returncode}): {_first_line(done.stderr)}"
         return outcome
-    from ..errors import CheckpointError
+    from ..format.errors import CheckpointError
 
     try:
         written = render_checkpoint(out)

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..adapters.base import ComponentWriter
 from ..container.staged import StagedCheckpoint
-from ..errors import UnsupportedValue
+from ..format.errors import UnsupportedValue
 from ..manifest_builder import component_record, manifest_body
 from .canonical import RenderingError, blob_bytes, node_value, writer_view
 

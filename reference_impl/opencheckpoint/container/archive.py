@@ -18,9 +18,9 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from ..errors import ArchiveError, CheckpointError
-from ..manifest import MANIFEST_NAME
-from ..paths import MEMBER_NAME, path_grammar_error, path_limit_error
+from ..format.errors import ArchiveError, CheckpointError
+from ..format.manifest import MANIFEST_NAME
+from ..format.paths import MEMBER_NAME, path_grammar_error, path_limit_error
 from ..rules import raise_if, required
 from ..rules.archive import ZIP
 from ..rules.container import CON

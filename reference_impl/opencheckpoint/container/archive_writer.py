@@ -45,8 +45,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, Final
 
-from ..limits import ALIGNMENT
-from ..tree.writeback import WRITEBACK_BYTES
+from ..format.limits import ALIGNMENT
+from .writeback import WRITEBACK_BYTES
 
 try:  # ISA-L's CRC-32 runs at memory speed (~25 GiB/s); zlib's at ~3, slower than the disk.
     from isal.isal_zlib import crc32 as _crc32

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ConcurrentModification, IntegrityError
-from ..integrity import CHUNK_BYTES
+from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError
+from ..format.integrity import CHUNK_BYTES
 from ..location import Location
 from ..rules.container import CON
 from ..rules.container import STAGING_MARK as STAGING_MARK  # where writers and readers have always found it
@@ -120,7 +120,7 @@ class Source(abc.ABC):
         space, or no commit charge under strict overcommit): the caller reads the file instead.
 
         Its views are writeable, and writes never reach the file; the caller
-        closes the map (:mod:`opencheckpoint.lent_views` lends its views to an
+        closes the map (:mod:`opencheckpoint.read.lent_views` lends its views to an
         object's own load method and closes it once they are all gone).
         """
         return None

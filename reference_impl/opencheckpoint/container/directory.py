@@ -23,9 +23,9 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import CheckpointError, MissingFile
-from ..limits import ARCHIVE_MAX_MEMBERS
-from ..manifest import MANIFEST_NAME
+from ..format.errors import CheckpointError, MissingFile
+from ..format.limits import ARCHIVE_MAX_MEMBERS
+from ..format.manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
 from .base import FileRegion, FileStamp, Source, file_stamp, gone_while_reading, size_mismatch

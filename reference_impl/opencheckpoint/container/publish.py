@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import CheckpointError, ConcurrentModification, TargetExists
+from ..format.errors import CheckpointError, ConcurrentModification, TargetExists
 from ..rules import raise_if, required
 from ..rules.publication import PUB
 from .debris import holds_what_we_write, logger, parse, release, removable, working_path

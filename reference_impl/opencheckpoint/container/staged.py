@@ -37,8 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..manifest import MANIFEST_NAME, serialize_manifest
-from ..tree.writeback import start_writeback
+from ..format.manifest import MANIFEST_NAME, serialize_manifest
 from .archive_writer import ArchiveWriter
 from .debris import release
 from .publish import (
@@ -51,6 +50,7 @@ from .publish import (
     staging_path,
 )
 from .target import check_replaceable
+from .writeback import start_writeback
 
 
 class StagedCheckpoint:

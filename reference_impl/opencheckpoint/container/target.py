@@ -11,7 +11,7 @@ and nothing of the library replaces or deletes it. An empty directory holds
 nothing to lose: a save may replace it.
 
 >>> import tempfile, pathlib
->>> from opencheckpoint.errors import TargetExists
+>>> from opencheckpoint.format.errors import TargetExists
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (folder / "thesis.tex").write_text("chapter 1")
 >>> try:
@@ -30,12 +30,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
-from ..manifest import MANIFEST_NAME
-from ..models import FORMAT_NAME
+from ..format.errors import CheckpointError
+from ..format.manifest import MANIFEST_NAME
+from ..format.models import FORMAT_NAME
+from ..format.strict_json import parse_ijson
 from ..rules import raise_if
 from ..rules.publication import PUB
-from ..strict_json import parse_ijson
 from .archive import ArchiveSource
 from .base import old_candidates
 from .directory import DirectorySource

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import ArchiveError, CheckpointError, LimitExceeded, NotACheckpoint, UnsafePath
-from ..limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS
+from ..format.errors import ArchiveError, CheckpointError, LimitExceeded, NotACheckpoint, UnsafePath
+from ..format.limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS
 from ..rules import raise_if
 from ..rules.archive import ZIP
 

@@ -2,7 +2,7 @@
 
 Deterministic on CPU: :func:`make_deterministic` fixes the thread count and
 turns on torch's deterministic algorithms; actions are sampled from torch's
-global generator, so resuming needs :class:`~opencheckpoint.rng.GlobalRNGState`.
+global generator, so resuming needs :class:`~opencheckpoint.run.rng.GlobalRNGState`.
 
 >>> _ = torch.manual_seed(0)
 >>> model = ActorCritic(hidden=8)

@@ -1,7 +1,7 @@
 """The Flax NNX twin of :class:`~.actor_critic.ActorCritic`, and loading torch weights into it.
 
 Same layers, same activations; torch ``Linear.weight`` is [out, in], NNX
-``Linear.kernel`` is [in, out]: :mod:`opencheckpoint.interchange` transposes
+``Linear.kernel`` is [in, out]: :mod:`opencheckpoint.tools.interchange` transposes
 (never casts) while mapping names.
 
 >>> import numpy as np
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.typing import ArrayLike
 
-from ..interchange import torch_state_to_nnx
+from ..tools.interchange import torch_state_to_nnx
 
 #: torch module prefix of :class:`~.actor_critic.ActorCritic` -> attribute path in :class:`NNXActorCritic`.
 TORCH_TO_NNX = {f"{head}.{index}": f"{head}.{name}"

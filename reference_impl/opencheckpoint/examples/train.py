@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from .. import Checkpoint
-from ..rng import GlobalRNGState
-from ..run import RunCheckpointer, StopOnSignal
+from ..run.checkpointer import RunCheckpointer, StopOnSignal
+from ..run.rng import GlobalRNGState
 from .actor_critic import ActorCritic, a2c_update, make_deterministic
 from .control import CartPole
 

@@ -5,7 +5,7 @@ AccessDenied, ``FileNotFoundError`` for a missing bucket, ``FileExistsError``
 below a file) and, for what they do not translate, their own exceptions
 (botocore's ``EndpointConnectionError``, ``NoCredentialsError``,
 ``ParamValidationError``, aiohttp's connection errors). Only
-:class:`~opencheckpoint.errors.CheckpointError` escapes the library for a bad
+:class:`~opencheckpoint.format.errors.CheckpointError` escapes the library for a bad
 input or an unusable location, so the public remote entry points (saving,
 opening, rotation) translate them here, in one place.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ..errors import CheckpointError, TargetExists, UnsupportedLocation
+from ..format.errors import CheckpointError, TargetExists, UnsupportedLocation
 
 #: Top-level packages of fsspec backends whose own exceptions mean "the storage failed".
 _BACKENDS = frozenset({"botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "aiohttp", "gcsfs", "adlfs",

@@ -5,7 +5,7 @@ string: ``FsPath(fs, "bucket/run/ckpt")`` for a filesystem the caller configured
 (credentials, endpoint), or :meth:`FsPath.from_url` with fsspec
 ``storage_options``. Importing this module imports no fsspec: the optional extra
 (``pip install 'opencheckpoint[remote]'``) is needed only once a remote location
-is used, and its absence is a :class:`~opencheckpoint.errors.UnsupportedLocation`
+is used, and its absence is a :class:`~opencheckpoint.format.errors.UnsupportedLocation`
 naming the extra.
 
 >>> import fsspec
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..errors import UnsupportedLocation
+from ..format.errors import UnsupportedLocation
 
 #: The extra that installs fsspec (and s3fs), named in every error about its absence.
 INSTALL_HINT = "pip install 'opencheckpoint[remote]'"

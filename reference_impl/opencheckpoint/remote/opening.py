@@ -1,6 +1,6 @@
 """Opening a checkpoint on an fsspec filesystem: steps 1-11 of spec §15 for a prefix (§12.7).
 
-The same steps as :mod:`opencheckpoint.opening` with the remote container: the
+The same steps as :mod:`opencheckpoint.read.opening` with the remote container: the
 prefix must hold ``manifest.json`` (R-CON-1: on an object store the manifest is
 the commit point, so a prefix without one is an unfinished save, never a
 checkpoint), then the manifest, its paths, the inventory and every size. There
@@ -11,9 +11,9 @@ renamed, and a published checkpoint is never replaced in place.
 from __future__ import annotations
 
 from ..container.base import Source
-from ..errors import CheckpointError, NotACheckpoint, UnsupportedLocation
-from ..manifest import ParsedManifest
-from ..opening import Understood, parse_and_pin
+from ..format.errors import CheckpointError, NotACheckpoint, UnsupportedLocation
+from ..format.manifest import ParsedManifest
+from ..read.opening import Understood, parse_and_pin
 from ..rules import raise_if
 from ..rules.container import CON
 from .failures import storage_errors

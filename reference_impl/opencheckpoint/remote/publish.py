@@ -35,8 +35,8 @@ from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
-from ..errors import ConcurrentModification, TargetExists, UnsupportedLocation
-from ..manifest import MANIFEST_NAME
+from ..format.errors import ConcurrentModification, TargetExists, UnsupportedLocation
+from ..format.manifest import MANIFEST_NAME
 from .fspath import FsPath, is_folder_marker
 
 #: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer

@@ -9,12 +9,12 @@ that a load reads twice (a verify-first restore into live arrays) are kept on
 local disk after their first fetch (:mod:`.spill`), and ``validate`` streams
 each file once in bounded ranges (:meth:`RemoteSource.read_chunks`). There
 are no symbolic links or special files on an object store: every object is a
-regular file, and an unlisted one is an :class:`~opencheckpoint.errors.ExtraFile`
+regular file, and an unlisted one is an :class:`~opencheckpoint.format.errors.ExtraFile`
 as in the local form.
 
 A file that was listed when the checkpoint was opened and is gone when read
 was deleted by another process (a rotation pruning it): that is reported as
-:class:`~opencheckpoint.errors.ConcurrentModification` (R-RDR-14), never as a
+:class:`~opencheckpoint.format.errors.ConcurrentModification` (R-RDR-14), never as a
 defect of the checkpoint.
 """
 
@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
-from ..errors import CheckpointError
-from ..limits import ARCHIVE_MAX_MEMBERS
-from ..manifest import MANIFEST_NAME
+from ..format.errors import CheckpointError
+from ..format.limits import ARCHIVE_MAX_MEMBERS
+from ..format.manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
 from .failures import is_storage_error, storage_error

@@ -8,7 +8,7 @@ turns that reason into the rule's error class with the file, the JSON path
 and the rule ID, so no check repeats them. A newer format version gets its
 own module and table; older versions' rules stay in theirs.
 
->>> from opencheckpoint.errors import ManifestError
+>>> from opencheckpoint.format.errors import ManifestError
 >>> table = RuleTable(version=0, file="manifest.json")
 >>> @table.rule("R-DOC-1", ManifestError)
 ... def _positive(value):
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
 
 #: A check: the value (and any context it needs) -> why it breaks the rule, or None.
 Check = Callable[..., "str | None"]
@@ -44,7 +44,7 @@ class RuleTable:
     def __init__(self, *, version: int, file: str | None) -> None:
         self.version = version
         #: The document the table's rules are about (errors name it); None: the caller adds it with
-        #: :meth:`CheckpointError.at <opencheckpoint.errors.CheckpointError.at>` (one table, many components).
+        #: :meth:`CheckpointError.at <opencheckpoint.format.errors.CheckpointError.at>` (one table, many components).
         self.file = file
         self.rules: dict[str, Rule] = {}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..errors import ArchiveError
+from ..format.errors import ArchiveError
 from . import RuleTable
 
 ZIP = RuleTable(version=1, file=None)

@@ -4,7 +4,7 @@ One check per requirement ID, each the only place its rule is checked: it
 returns why what the reader found breaks the rule, or None. The containers
 (:mod:`opencheckpoint.container.directory`, :mod:`~opencheckpoint.container.archive`,
 :mod:`opencheckpoint.remote.source`) and the opening steps
-(:mod:`opencheckpoint.opening`) find the facts (a directory entry's type, an
+(:mod:`opencheckpoint.read.opening`) find the facts (a directory entry's type, an
 ``OSError``, a size) and dispatch with :meth:`RuleTable.check
 <opencheckpoint.rules.RuleTable.check>`, which adds the file and the rule ID.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..errors import ExtraFile, IntegrityError, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
-from ..limits import MANIFEST_MAX_BYTES
+from ..format.errors import ExtraFile, IntegrityError, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
+from ..format.limits import MANIFEST_MAX_BYTES
 from . import RuleTable
 
 CON = RuleTable(version=1, file=None)

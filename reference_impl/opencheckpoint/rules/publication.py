@@ -12,7 +12,7 @@ the same way.
 
 from __future__ import annotations
 
-from ..errors import TargetExists
+from ..format.errors import TargetExists
 from . import RuleTable
 
 PUB = RuleTable(version=1, file=None)

@@ -6,7 +6,7 @@ reports a violation with the rule's own class; the writer
 (:mod:`opencheckpoint.tree.encode`, the adapters) refuses the same value
 before writing it, with ``reported_as=`` its refusal class. The table names
 no file: a tree component's reader adds ``tree.msgpack``
-(:meth:`CheckpointError.at <opencheckpoint.errors.CheckpointError.at>`).
+(:meth:`CheckpointError.at <opencheckpoint.format.errors.CheckpointError.at>`).
 On the hot paths of the parser the caller tests the bound inline and
 dispatches only when it is crossed, so a valid node costs no call.
 """
@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from ..errors import ArrayLayoutError, LimitExceeded, TreeError, UnknownDtype
-from ..limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES
+from ..format.errors import ArrayLayoutError, LimitExceeded, TreeError, UnknownDtype
+from ..format.limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES
 from . import RuleTable
 
 TREE = RuleTable(version=1, file=None)

@@ -3,8 +3,8 @@
 Each function is the only place its rule is checked; it returns why a value
 breaks the rule, or None. The walk that decides which value each rule sees,
 and in which order (the order of the spec's tables), is
-:func:`opencheckpoint.manifest.structure_errors`. Patterns come from
-:mod:`opencheckpoint.models`, the source of the JSON Schemas, so the schema
+:func:`opencheckpoint.format.manifest.structure_errors`. Patterns come from
+:mod:`opencheckpoint.format.models`, the source of the JSON Schemas, so the schema
 and the check state one pattern.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from ..errors import LimitExceeded, ManifestError
-from ..limits import JSON_MAX_SAFE_INT, MAX_COMPONENTS, MAX_FILES
-from ..models import (
+from ..format.errors import LimitExceeded, ManifestError
+from ..format.limits import JSON_MAX_SAFE_INT, MAX_COMPONENTS, MAX_FILES
+from ..format.models import (
     CRC32C_PATTERN,
     EXTENSION_NAME_PATTERN,
     ID_PATTERN,
@@ -24,7 +24,7 @@ from ..models import (
     SHA256_PATTERN,
     TIMESTAMP_PATTERN,
 )
-from ..paths import NAME_PATTERN
+from ..format.paths import NAME_PATTERN
 from . import RuleTable
 
 V1 = RuleTable(version=1, file=MANIFEST_NAME)

@@ -3,7 +3,7 @@
 Format version 2 is format version 1 plus sharded arrays; every rule of
 :mod:`.v1` still applies. The rules here concern the component records
 (step 7 and step 12 of §15); the rules about a sharded array node itself are
-in :mod:`opencheckpoint.sharding.rules`.
+in :mod:`opencheckpoint.rules.sharded`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from ..errors import ManifestError, UnsupportedVersion
-from ..models import MANIFEST_NAME
+from ..format.errors import ManifestError, UnsupportedVersion
+from ..format.models import MANIFEST_NAME
 from . import RuleTable
 
 V2 = RuleTable(version=2, file=MANIFEST_NAME)

@@ -34,13 +34,13 @@ from types import TracebackType
 from typing import Any, Literal
 
 from ..checkpoint import Checkpoint, LoadResult
-from ..errors import CheckpointError, NotACheckpoint
+from ..format.errors import CheckpointError, NotACheckpoint
 from ..location import Location, PathArg, resolve_location
-from ..reader import CheckpointReader
-from ..stop_signal import StopOnSignal
+from ..read.reader import CheckpointReader
 from ..write.async_save import SaveHandle
 from .rotation import Rotation, RotationEntry
 from .rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY
+from .stop_signal import StopOnSignal
 
 logger = logging.getLogger("opencheckpoint.run")
 

@@ -30,12 +30,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import CheckpointError, NotACheckpoint, TargetExists, UnsupportedLocation
-from ..manifest import MANIFEST_NAME
+from ..format.errors import CheckpointError, NotACheckpoint, TargetExists, UnsupportedLocation
+from ..format.manifest import MANIFEST_NAME
+from ..read.validate import validate
 from ..remote.failures import is_storage_error, storage_error
 from ..remote.fspath import FsPath
 from ..remote.publish import clean_remote_debris, delete_remote_checkpoint
-from ..validate import validate
 from .rotation_state import STATE_NAME
 
 __all__ = ["RemoteStore"]

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token
-from ..errors import CheckpointError, IncompatibleComponent, NotACheckpoint
+from ..format.errors import CheckpointError, IncompatibleComponent, NotACheckpoint
 from ..location import PathArg, resolve_location
 from ..progress import ProgressArg
-from ..reader import CheckpointReader
+from ..read.reader import CheckpointReader
+from ..read.validate import validate
 from ..remote.failures import is_storage_error
-from ..validate import validate
 from ..write.async_save import SaveHandle, save_in_background
 from .rotation_policy import (
     ARCHIVE_SUFFIX,
@@ -278,7 +278,7 @@ class Rotation:
         best, the newest one of every other writer process that still runs
         (it may just have returned its path), a checkpoint served from its old
         copy (R-PUB-13: the only copy), and the newest one that passes
-        :func:`~opencheckpoint.validate`, and never touches a checkpoint it did
+        :func:`~opencheckpoint.read.validate`, and never touches a checkpoint it did
         not write. A checkpoint that failed verification when a run resumed
         from the directory is deleted with a warning naming it and why.
         """

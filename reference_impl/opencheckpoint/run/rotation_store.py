@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from ..container.debris import parse, release, working_path
 from ..container.publish import clean_debris, remove_tree
 from ..container.target import check_deletable, is_empty_directory
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
 from ..remote.fspath import FsPath
 from .rotation_state import ensure_identity, locked, read_state, record_failures
 

@@ -1,9 +1,12 @@
 """Sharded arrays (format version 2, spec ``opencheckpoint-v2.md``): framework-free, no torch or JAX import.
 
-Reader side: :mod:`.regions` (index regions and tilings), :mod:`.rules` (the
-R-SHD rule table), :mod:`.layout` (step 15 for a tree component of
-kind_version 2) and :mod:`.reading` (verified assembly and region reads,
-:class:`LazyShardedArray`).
+Reader side: :mod:`.regions` (index regions and tilings) and :mod:`.layout`
+(step 15 for a tree component of kind_version 2); the R-SHD rule table is
+``opencheckpoint.rules.sharded`` (with the other rule tables) and verified
+assembly and region reads (``LazyShardedArray``) are ``opencheckpoint.read.sharded``
+(the read layer). This layer sits above the format core, storage and ``tree/``
+and below ``read/``: it may import those three, never the read path, adapters
+or tools.
 
 Writer side: :class:`ShardedValue` / :class:`LocalShard` (the values a process
 writes, encoded by :mod:`opencheckpoint.tree.shard_plan`), the
@@ -23,7 +26,6 @@ from ..tree.shard_plan import rank_file as rank_file
 from .collective import Collective as Collective
 from .collective import CollectiveError as CollectiveError
 from .collective import LocalCollective as LocalCollective
-from .reading import LazyShardedArray as LazyShardedArray
 from .regions import Region as Region
 from .regions import check_tiling as check_tiling
 from .regions import intersect as intersect

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ERROR_CLASSES, CheckpointError
+from ..format.errors import ERROR_CLASSES, CheckpointError
 
 __all__ = ["Collective", "CollectiveError", "LocalCollective", "error_from_json", "error_to_json", "from_json",
            "to_json"]

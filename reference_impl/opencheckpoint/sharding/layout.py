@@ -8,19 +8,19 @@ global shape (R-SHD-6) and in a data file of the component (R-SHD-7);
 order) under the data file rules of spec §9 (R-LIM-13 .. R-LIM-16,
 R-ARR-4 .. R-ARR-11), over its tag 6 arrays and the shards stored in it, each
 shard an array node of the array's dtype and the shard's ``size``; (c) the
-shard regions of each array (:func:`~opencheckpoint.sharding.rules.tiling_error`).
+shard regions of each array (:func:`~opencheckpoint.rules.sharded.tiling_error`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
+from ..rules.sharded import SHD, tiling_error
 from ..rules.v2 import is_shard_file
 from ..tree.exact import DecodedTree
 from ..tree.layout import check_layout, limit_error
 from ..tree.nodes import ArrayRef
-from .rules import SHD, tiling_error
 
 DATA_FILE = "data.bin"
 

@@ -11,7 +11,7 @@ of its global shape; a region read asks for one.
 >>> check_tiling((4,), [((0,), (2,)), ((3,), (1,))])
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $: the shard regions leave 1 of 4 elements uncovered (a gap) [R-SHD-11]
+opencheckpoint.format.errors.ArrayLayoutError: ArrayLayoutError: $: the shard regions leave 1 of 4 elements uncovered (a gap) [R-SHD-11]
 """  # noqa: E501  (doctest: an error message is shown whole, as users see it)
 
 from __future__ import annotations
@@ -138,9 +138,9 @@ def check_tiling(shape: Sequence[int], regions: Sequence[Region]) -> None:
 
     Identical regions are replicas (allowed); any other overlap, a region outside
     the shape, an empty region or a gap is an
-    :class:`~opencheckpoint.errors.ArrayLayoutError` naming the rule.
+    :class:`~opencheckpoint.format.errors.ArrayLayoutError` naming the rule.
     """
-    from .rules import tiling_error
+    from ..rules.sharded import tiling_error
 
     error = tiling_error(tuple(shape), [tuple(map(tuple, region)) for region in regions])  # type: ignore[misc]
     if error is not None:

@@ -54,10 +54,10 @@ import pytest
 
 from ..adapters.base import Adapter
 from ..checkpoint import Checkpoint, LoadResult
-from ..errors import IncompatibleComponent, IntegrityError
-from ..manifest import KIND_FILES, MANIFEST_NAME, serialize_manifest
-from ..reader import CheckpointReader, open_checkpoint, read_component
-from ..validate import validate
+from ..format.errors import IncompatibleComponent, IntegrityError
+from ..format.manifest import KIND_FILES, MANIFEST_NAME, serialize_manifest
+from ..read.reader import CheckpointReader, open_checkpoint, read_component
+from ..read.validate import validate
 from .compare import assert_tree_equal
 
 __all__ = ["AdapterTests", "ImportRecorder", "component_files", "flip_byte"]

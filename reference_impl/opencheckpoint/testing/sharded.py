@@ -26,10 +26,10 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ..dtypes import numpy_dtype
-from ..integrity import crc32c_of, format_crc32c
-from ..limits import ALIGNMENT
-from ..manifest import serialize_manifest
+from ..format.dtypes import numpy_dtype
+from ..format.integrity import crc32c_of, format_crc32c
+from ..format.limits import ALIGNMENT
+from ..format.manifest import serialize_manifest
 from ..manifest_builder import component_record, manifest_body
 
 #: Tag markers (``c7 00 T``).
@@ -40,7 +40,7 @@ PRODUCER = {"name": "opencheckpoint-sharded-test-builder", "version": "1"}
 
 def dtype_name(array: np.ndarray) -> str:
     """The dtype table name of a NumPy array's dtype (``float32``, ``bfloat16``...)."""
-    from ..dtypes import DTYPES
+    from ..format.dtypes import DTYPES
 
     for name in DTYPES:
         if numpy_dtype(name) == array.dtype:

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from ..dtypes import DTYPES, itemsize, numpy_dtype
-from ..paths import check_segment
+from ..format.dtypes import DTYPES, itemsize, numpy_dtype
+from ..format.paths import check_segment
 from ..tree.nodes import INT_MAX, INT_MIN, PRNG_IMPL_KEY_SHAPES, NamedTupleValue, PRNGKeyValue
 from .compare import assert_tree_equal, float_bits
 

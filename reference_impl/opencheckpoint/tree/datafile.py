@@ -27,11 +27,11 @@ from typing import Any, Final, Protocol
 import crc32c as _crc32c_module
 import numpy as np
 
-from ..crc_combine import _multmodp, _x8nmodp
-from ..integrity import file_entry, new_sha256
-from ..limits import ALIGNMENT
+from ..container.writeback import WritebackFile, start_writeback
+from ..format.crc_combine import _multmodp, _x8nmodp
+from ..format.integrity import file_entry, new_sha256
+from ..format.limits import ALIGNMENT
 from ..progress import advance
-from .writeback import WritebackFile, start_writeback
 
 __all__ = ["DataFilePlan", "Writable"]
 

@@ -17,7 +17,7 @@ framework's objects.
 >>> decode_tree(doc + b"\\xc0")
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.TreeError: TreeError: $: 1 bytes after the end of the root object [R-TREE-2]
+opencheckpoint.format.errors.TreeError: TreeError: $: 1 bytes after the end of the root object [R-TREE-2]
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from ..gc_pause import paused_gc
 from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
 from .fast import fast_decode as fast_decode
+from .gc_pause import paused_gc
 from .nodes import ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, ShardedArrayRef
 from .treepath import PATH_KEY_CHARS as PATH_KEY_CHARS
 
@@ -71,7 +71,7 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     array of the shape is allowed whenever the product of its non-zero
     dimensions stays below 2**63; viewed as ``dtype`` it keeps the shape.
     Beyond that, NumPy cannot represent the shape at all, and the read fails
-    with :class:`~opencheckpoint.errors.IncompatibleComponent` (a limit of
+    with :class:`~opencheckpoint.format.errors.IncompatibleComponent` (a limit of
     this runtime, not a defect of the file).
 
     >>> a = empty_array((2**61, 3, 0), np.dtype(np.float64))
@@ -85,7 +85,7 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     try:
         return np.empty(shape, dtype=np.uint8).view(dtype)
     except ValueError:
-        from ..errors import IncompatibleComponent
+        from ..format.errors import IncompatibleComponent
         from ..rules import required
         from ..rules.tree import TREE
 

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Final
 import msgpack
 import numpy as np
 
-from ..dtypes import canonical_bools, dtype_name
-from ..errors import CheckpointError, UnsupportedValue
-from ..gc_pause import paused_gc
-from ..integrity import crc32c_of, file_entry, new_sha256
-from ..limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
+from ..format.dtypes import canonical_bools, dtype_name
+from ..format.errors import CheckpointError, UnsupportedValue
+from ..format.integrity import crc32c_of, file_entry, new_sha256
+from ..format.limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
 from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
+from .gc_pause import paused_gc
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .plan_runs import DTYPE_NAMES as _DTYPE_NAMES
 from .plan_runs import NODES as _NODES

@@ -18,9 +18,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..dtypes import numpy_dtype
-from ..errors import CheckpointError, LimitExceeded, TreeError
-from ..limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
+from ..format.dtypes import numpy_dtype
+from ..format.errors import CheckpointError, LimitExceeded, TreeError
+from ..format.limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .encode import big_int_bytes

@@ -11,7 +11,7 @@ Zero padding (R-ARR-12) is checked by :func:`check_padding` (``validate``).
 >>> check_layout([ArrayRef("float32", (2,), 0, 8, 1, "$.a"), ArrayRef("float32", (2,), 32, 8, 2, "$.b")], 40)
 Traceback (most recent call last):
 ...
-opencheckpoint.errors.ArrayLayoutError: ArrayLayoutError: $.b: offset 32 is not a multiple of 64 [R-ARR-5]
+opencheckpoint.format.errors.ArrayLayoutError: ArrayLayoutError: $.b: offset 32 is not a multiple of 64 [R-ARR-5]
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from operator import attrgetter, mul
 
 import numpy as np
 
-from ..dtypes import DTYPES
-from ..errors import ArrayLayoutError, CheckpointError, LimitExceeded
-from ..limits import ALIGNMENT, ARRAY_MAX_DIM, ARRAY_MAX_NDIM
+from ..format.dtypes import DTYPES
+from ..format.errors import ArrayLayoutError, CheckpointError, LimitExceeded
+from ..format.limits import ALIGNMENT, ARRAY_MAX_DIM, ARRAY_MAX_NDIM
 from ..rules import required
 from ..rules.tree import TREE
 from .nodes import ArrayRef

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DTYPES
+from ..format.dtypes import DTYPES
 from ..rules.tree import PRNG_IMPL_KEY_SHAPES as PRNG_IMPL_KEY_SHAPES  # key data shapes: the rules' table
 from .treepath import TreePath
 

@@ -17,9 +17,9 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..dtypes import dtype_name
-from ..errors import CheckpointError
-from ..limits import ARRAY_MAX_NDIM
+from ..format.dtypes import dtype_name
+from ..format.errors import CheckpointError
+from ..format.limits import ARRAY_MAX_NDIM
 
 #: dtype object -> (spec name, stored byte-swapped); equal dtypes are usually one object.
 DTYPE_NAMES: dict[np.dtype, tuple[str, bool]] = {}

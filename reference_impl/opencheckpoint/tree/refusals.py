@@ -1,7 +1,7 @@
 """Values the tree encoder refuses at save, and the message that names the fix (spec R-WTR-3).
 
 A value that would come back changed (another type, lost attributes, another
-byte order) is refused with :class:`~opencheckpoint.errors.UnsupportedValue`
+byte order) is refused with :class:`~opencheckpoint.format.errors.UnsupportedValue`
 naming what would be lost and what to store instead; nothing is dropped silently.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedValue
+from ..format.errors import UnsupportedValue
 
 
 def refuse(message: str, *, field: str | None = None, file: str | None = None) -> UnsupportedValue:

@@ -31,9 +31,9 @@ from typing import Any, Final
 import msgpack
 import numpy as np
 
-from ..dtypes import dtype_name, numpy_dtype
-from ..errors import CheckpointError, LimitExceeded
-from ..limits import SHARDS_MAX_PER_ARRAY
+from ..format.dtypes import dtype_name, numpy_dtype
+from ..format.errors import CheckpointError, LimitExceeded
+from ..format.limits import SHARDS_MAX_PER_ARRAY
 from ..rules import raise_if
 from ..rules.tree import TREE
 from .datafile import DataFilePlan
@@ -173,7 +173,7 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
             raise refuse(f"two replicas of the region start={list(key[0])} size={list(key[1])} hold "
                                    "different bytes", field=path)
     # Imported here: the package of the tiling sweep imports this module (a cycle at import time otherwise).
-    from ..sharding.tiling import find_overlap, uncovered
+    from ..rules.tiling import find_overlap, uncovered
 
     if regions and len(shape):
         starts = np.array([start for start, _ in regions], dtype=np.int64)

@@ -3,9 +3,9 @@
 ``[m, dtype, shape, shards]``: dtype a str of the dtype table, shape an array of
 uints (the global shape), shards an array of shard records, each an untagged
 array ``[file, start, size, offset, nbytes, crc32c]``. Any other shape of the
-node is a :class:`~opencheckpoint.errors.TreeError` under R-SHD-4; the rules
+node is a :class:`~opencheckpoint.format.errors.TreeError` under R-SHD-4; the rules
 on values (R-SHD-1, R-LIM-20, R-SHD-5) are checked by their functions in
-:mod:`opencheckpoint.sharding.rules` while the node is read, so a hostile
+:mod:`opencheckpoint.rules.sharded` while the node is read, so a hostile
 shard count fails before its records are parsed.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
 from .nodes import ShardedArrayRef, ShardRef
 from .treepath import TreePath
 from .wire import ARRAY_BYTES, STR_BYTES, itemsize
@@ -32,7 +32,7 @@ def _raise(error: CheckpointError | None) -> None:
 
 def parse_sharded(parser: _Parser, fields: int, depth: int, path: TreePath) -> ShardedArrayRef:
     """Read the fields of a tag 10 node whose marker ``parser`` has just read."""
-    from ..sharding.rules import SHD, record_ndim
+    from ..rules.sharded import SHD, record_ndim
     _raise(SHD.check("R-SHD-1", str(path), parser.kind_version))
     if fields != 3:
         parser.fail(f"a sharded array node has 3 fields after the marker, found {fields}", path, _STRUCTURE)

@@ -6,7 +6,7 @@ nodes (:mod:`.sharded`).
 
 from __future__ import annotations
 
-from ..dtypes import DTYPES
+from ..format.dtypes import DTYPES
 from ..rules import required
 from ..rules.tree import TREE
 from .treepath import TreePath

@@ -15,7 +15,7 @@ Rules this module owns:
   ``max_pending_bytes`` (argument, else :data:`MAX_PENDING_BYTES`; ``None``:
   no cap): a save whose snapshot would exceed it waits for earlier saves to
   finish; a snapshot larger than the cap on its own raises
-  :class:`~opencheckpoint.errors.LimitExceeded` before anything is copied.
+  :class:`~opencheckpoint.format.errors.LimitExceeded` before anything is copied.
 * **Exit.** The writer threads are not daemons: a normal interpreter exit
   (end of script, ``sys.exit``, an uncaught exception, ``KeyboardInterrupt``)
   finishes every save in flight: a threading exit hook waits for them before
@@ -34,9 +34,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import LimitExceeded
+from ..format.errors import LimitExceeded
+from ..format.producer import utc_timestamp
 from ..location import local_path
-from ..producer import utc_timestamp
 from ..progress import ProgressArg
 from ..progress import check as check_progress
 from ..remote.fspath import FsPath

@@ -26,7 +26,7 @@ If any rank fails or dies before it has reported (step 3), nothing is published
 after its rename has published, though the others raise): the coordinator removes the
 staging directory (if it dies itself, the directory is debris the next save
 removes), the previous checkpoint at the target is untouched, and every surviving
-rank raises a :class:`~opencheckpoint.errors.CheckpointError` (a
+rank raises a :class:`~opencheckpoint.format.errors.CheckpointError` (a
 :class:`CollectiveError` when the group broke) within the collective's timeout.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..container.staged import StagedCheckpoint
-from ..errors import UnsupportedValue
+from ..format.errors import UnsupportedValue
 from ..sharding.collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
 from ..sharding.sink import RankSink
 from ..tree.refusals import refuse

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..container.staged import StagedCheckpoint
-from ..errors import UnsupportedLocation
+from ..format.errors import UnsupportedLocation
 from ..remote.failures import storage_errors
 from ..remote.fspath import FsPath
 from ..remote.publish import check_remote_target, upload_checkpoint

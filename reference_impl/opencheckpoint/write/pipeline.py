@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UnsupportedValue
+from ..format.errors import UnsupportedValue
 from ..progress import ProgressArg, reporting
 from ..progress import check as check_progress
 from ..remote.fspath import FsPath

@@ -28,10 +28,10 @@ from typing import Any
 
 from ..adapters.protocol import Adapter
 from ..container.debris import release
-from ..limits import ALIGNMENT
+from ..format.limits import ALIGNMENT
+from ..format.producer import default_producer, utc_timestamp
 from ..manifest_builder import manifest_body
 from ..options import CheckpointOptions
-from ..producer import default_producer, utc_timestamp
 from .recording import ComponentPlan
 from .target import Target
 

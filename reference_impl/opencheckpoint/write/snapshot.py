@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ..limits import ALIGNMENT
+from ..format.limits import ALIGNMENT
 from .plan import SavePlan
 
 __all__ = ["give_back", "release_buffers", "take"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..adapters.base import ComponentWriter
 from ..container.publish import fault_point
-from ..errors import CheckpointError
+from ..format.errors import CheckpointError
 from ..sharding.sink import LocalSink
 from ..tree.sink import TreeSink
 from .plan import SavePlan, SaveRequest, save_manifest

@@ -12,7 +12,7 @@ Each stage of the pipeline (:mod:`.stages`) asks the target one thing:
 * commit: :meth:`Target.commit`, ``manifest.json`` last, then publication
   (an atomic rename locally, R-PUB-1..18; data objects then the manifest on
   an object store, R-PUB-22). A rename that meets another writer's checkpoint
-  is that writer's win: :class:`~opencheckpoint.errors.ConcurrentModification`.
+  is that writer's win: :class:`~opencheckpoint.format.errors.ConcurrentModification`.
 
 :func:`opencheckpoint.write.pipeline.open_target` picks the implementation from the location.
 """
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..container.debris import working_path
 from ..container.staged import StagedCheckpoint
 from ..container.target import check_replaceable
-from ..errors import ConcurrentModification
+from ..format.errors import ConcurrentModification
 from ..remote.fspath import FsPath
 
 if TYPE_CHECKING:

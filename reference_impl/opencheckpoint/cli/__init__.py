@@ -1,0 +1,5 @@
+"""The ``opencheckpoint`` command line: ``main`` (the entry point), ``output`` (rich on a terminal,
+plain tab-separated text in a pipe) and ``tools`` (the ``convert``, ``export``, ``diff`` and ``ls``
+commands). The top layer: it may import any other layer, and nothing but ``__main__`` imports it.
+Each command imports what it needs when it runs, so ``opencheckpoint --help`` stays fast.
+"""

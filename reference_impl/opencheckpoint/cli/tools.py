@@ -1,0 +1,166 @@
+"""The ``convert``, ``export``, ``diff`` and ``ls`` commands (added to :mod:`opencheckpoint.cli.main`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .output import output_console
+
+_EPILOG = "exit codes: 0 success, 1 invalid or unreadable input, 2 usage error"
+_DIFF_EPILOG = ("exit codes: 0 the checkpoints are equal, 1 they differ, 2 usage error or a checkpoint cannot be "
+                "read")
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ..tools.converters import convert
+
+    path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
+                   split=args.split, step=args.step, progress=True)  # a bar on a terminal only
+    output_console().print(f"converted {args.src} -> {path}", markup=False)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..tools.converters import export
+
+    result = export(args.src, args.dst, to=args.to, component=args.component,
+                    progress=not args.json)  # a bar on a terminal only
+    if args.json:
+        print(json.dumps({"path": str(result.path), "tensors": result.tensors, "values": result.values,
+                          "skipped": result.skipped}, indent=2))
+        return 0
+    out = output_console()
+    out.print(f"exported {len(result.tensors)} arrays and {len(result.values)} values to {result.path}",
+              markup=False)
+    for name, reason in result.skipped.items():
+        out.print(f"not exported: {name}: {reason}", markup=False)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from ..format.errors import CheckpointError
+    from ..tools.diffing import diff
+
+    try:
+        report = diff(args.a, args.b)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+        return 0 if report.equal else 1
+    out = output_console()
+    if report.equal:
+        out.print("equal", markup=False)
+        return 0
+    from rich.table import Table
+
+    table = Table("path", "change", "detail", "max abs diff", "max rel diff")
+    for change in report.changes:
+        table.add_row(change.path, change.change, change.detail,
+                      "" if change.max_abs_diff is None else f"{change.max_abs_diff:.6g}",
+                      "" if change.max_rel_diff is None else f"{change.max_rel_diff:.6g}")
+    out.print(table)
+    return 1
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ..tools.listing import list_run
+
+    listing = list_run(args.run_dir, prefix=args.prefix, metric=args.metric, mode=args.mode, verify=args.verify)
+    if args.resolve:
+        # One path and nothing else, for $(opencheckpoint ls RUN_DIR --resolve latest).
+        chosen = listing.latest if args.resolve == "latest" else listing.best
+        if chosen is None:
+            print(f"error: no valid checkpoint to resolve {args.resolve!r} in {args.run_dir}"
+                  + ("" if args.resolve == "latest" or args.metric else " (best needs --metric)"), file=sys.stderr)
+            return 1
+        print(chosen)
+        return 0
+    if args.json:
+        print(json.dumps(listing.to_dict(), indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table("name", "step", "created", "size", args.metric or "metric", "valid", "")
+    for entry in listing.entries:
+        marks = [m for m, p in (("latest", listing.latest), ("best", listing.best)) if p == entry.path]
+        table.add_row(entry.path.name, str(entry.step), entry.created_at or "-", _human(entry.size),
+                      "-" if entry.metric is None else f"{entry.metric:g}",
+                      "yes" if entry.valid else f"no: {entry.error}", ",".join(marks))
+    out = output_console()
+    out.print(table)
+    out.print(f"latest: {listing.latest or '-'}", markup=False)
+    if args.metric:
+        out.print(f"best ({args.metric}, {args.mode}): {listing.best or '-'}", markup=False)
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``convert``, ``export``, ``diff`` and ``ls`` to the ``opencheckpoint`` command line."""
+    convert = commands.add_parser(
+        "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint", epilog=_EPILOG,
+        description="Convert SRC (a torch.save file, a safetensors file, a torchrl Checkpoint directory or "
+        "archive, or an orbax checkpoint directory) into an OpenCheckpoint checkpoint at DST. torch files are "
+        "read with weights_only=True: no code in them runs.")
+    convert.add_argument("src", metavar="SRC")
+    convert.add_argument("dst", metavar="DST")
+    convert.add_argument("--from", dest="source", choices=["torch", "safetensors", "torchrl", "orbax"],
+                         help="the source format (default: detected from the files)")
+    convert.add_argument("--format", choices=["directory", "archive"], default="directory",
+                         help="output form (default: directory)")
+    convert.add_argument("--component", metavar="NAME",
+                         help="component name for torch/safetensors files (model) and orbax items (state)")
+    convert.add_argument("--split", action="store_true",
+                         help="torch: one component per top-level key of the saved dict")
+    convert.add_argument("--step", type=int, help="orbax CheckpointManager directory: the step (default: newest)")
+    convert.set_defaults(run=cmd_convert)
+
+    export = commands.add_parser(
+        "export", help="write a checkpoint's arrays as a safetensors or torch.save file", epilog=_EPILOG,
+        description="Write the arrays of checkpoint SRC to DST, named by tree path (component.key.0...). "
+        "Numbers, strings and bools go into safetensors metadata as JSON (or into the torch dict); what fits "
+        "in neither is listed as not exported.")
+    export.add_argument("src", metavar="SRC")
+    export.add_argument("dst", metavar="DST")
+    export.add_argument("--to", choices=["safetensors", "torch"], default="safetensors",
+                        help="output format (default: safetensors)")
+    export.add_argument("--component", metavar="NAME",
+                        help="export this component only, names without the component prefix")
+    export.add_argument("--json", action="store_true", help="print what was written as JSON")
+    export.set_defaults(run=cmd_export)
+
+    diff = commands.add_parser(
+        "diff", help="compare two checkpoints", epilog=_DIFF_EPILOG,
+        description="Components and arrays added, removed or changed (dtype, shape, max abs/rel difference "
+        "for floats, exact equality otherwise) and metadata changes.")
+    diff.add_argument("a", metavar="A")
+    diff.add_argument("b", metavar="B")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    diff.set_defaults(run=cmd_diff)
+
+    ls = commands.add_parser(
+        "ls", help="list the checkpoints of a run directory", epilog=_EPILOG,
+        description="Every {prefix}-{step} checkpoint of RUN_DIR with step, time, size, metric and whether "
+        "it is valid, and which one resuming would use (latest) and the best by --metric.")
+    ls.add_argument("run_dir", metavar="RUN_DIR")
+    ls.add_argument("--metric", metavar="KEY", help="manifest metadata key to show and rank by (best)")
+    ls.add_argument("--mode", choices=["min", "max"], default="min", help="best is the min (default) or max")
+    ls.add_argument("--prefix", default="checkpoint", help="checkpoint name prefix (default: checkpoint)")
+    ls.add_argument("--verify", action="store_true", help="check every byte of each checkpoint (slower)")
+    ls.add_argument("--resolve", choices=["latest", "best"],
+                    help="print only the path of the latest (or best, with --metric) valid checkpoint")
+    ls.add_argument("--json", action="store_true", help="print the listing as JSON")
+    ls.set_defaults(run=cmd_ls)

@@ -1,0 +1,98 @@
+"""The dtype vocabulary (spec "Data types"): names, byte sizes and the NumPy mapping.
+
+The torch and JAX mappings live in their adapters; this table is the single
+source for names and sizes. Every stored array is little-endian, C order.
+
+>>> itemsize("bfloat16")
+2
+>>> numpy_dtype("float8_e4m3fn").name
+'float8_e4m3fn'
+>>> dtype_name(numpy_dtype("complex64"))
+'complex64'
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Final
+
+import ml_dtypes
+import numpy as np
+
+from ..rules import required
+from ..rules.tree import TREE
+from .errors import CheckpointError
+
+#: name -> (bytes per element, NumPy / ml_dtypes type). Order is the spec table's order.
+DTYPES: Final[dict[str, tuple[int, type]]] = {
+    "bool": (1, np.bool_),
+    "int8": (1, np.int8),
+    "int16": (2, np.int16),
+    "int32": (4, np.int32),
+    "int64": (8, np.int64),
+    "uint8": (1, np.uint8),
+    "uint16": (2, np.uint16),
+    "uint32": (4, np.uint32),
+    "uint64": (8, np.uint64),
+    "float16": (2, np.float16),
+    "bfloat16": (2, ml_dtypes.bfloat16),
+    "float32": (4, np.float32),
+    "float64": (8, np.float64),
+    "complex64": (8, np.complex64),
+    "complex128": (16, np.complex128),
+    "float8_e4m3fn": (1, ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": (1, ml_dtypes.float8_e5m2),
+    "float8_e4m3fnuz": (1, ml_dtypes.float8_e4m3fnuz),
+    "float8_e5m2fnuz": (1, ml_dtypes.float8_e5m2fnuz),
+    "float8_e8m0fnu": (1, ml_dtypes.float8_e8m0fnu),
+}
+
+
+def _unknown(name: object) -> CheckpointError:
+    return required(TREE.check("R-DT-1", None, None, name))
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of a dtype name; :class:`UnknownDtype` for names outside the table."""
+    try:
+        return DTYPES[name][0]
+    except (KeyError, TypeError):
+        raise _unknown(name) from None
+
+
+@cache
+def numpy_dtype(name: str) -> np.dtype:
+    """The little-endian NumPy dtype for a dtype name."""
+    try:
+        return np.dtype(DTYPES[name][1]).newbyteorder("<")
+    except (KeyError, TypeError):
+        raise _unknown(name) from None
+
+
+_BY_NUMPY: Final = {np.dtype(t).newbyteorder("="): name for name, (_, t) in DTYPES.items()}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The spec name of a NumPy dtype (either byte order); :class:`UnknownDtype` otherwise."""
+    name = _BY_NUMPY.get(dtype.newbyteorder("="))
+    if name is None:
+        raise required(TREE.check("R-DT-1", None, None, dtype, framework="NumPy"))
+    return name
+
+
+def canonical_bools(array: np.ndarray) -> np.ndarray:
+    """``array`` (dtype bool, C-contiguous) with every element byte ``00`` or ``01`` (R-ARR-13).
+
+    NumPy and PyTorch bool memory can hold other bytes (``np.frombuffer(b"\\x02", bool)``, a
+    tensor read from a file): both frameworks read any nonzero byte as True, so such an
+    element is stored as ``01``, the value unchanged. The usual array (every byte 00/01) is
+    returned as it is, after one read of its bytes; only one with another byte is copied.
+
+    >>> canonical_bools(np.frombuffer(b"\\x00\\x02\\xff", bool)).view(np.uint8).tolist()
+    [0, 1, 1]
+    """
+    raw = array.reshape(-1).view(np.uint8)
+    if raw.size == 0 or int(raw.max()) <= 1:
+        return array
+    normalised: np.ndarray = (raw != 0).reshape(array.shape)
+    return normalised

@@ -1,0 +1,184 @@
+"""Opening a checkpoint: steps 1-11 of the spec's validation order (§15).
+
+Locate the checkpoint (with the R-PUB-13 ``.NAME.oc-old-*`` fallback), open
+its container, verify and parse the manifest (steps 3-9, :mod:`.manifest`),
+then the inventory (step 10) and every file's size (step 11). A failure
+caused by another process replacing the checkpoint meanwhile is retried once
+(R-RDR-13). Nothing here decodes a component: that is :mod:`.steps`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from ..container.base import Source, check_locatable, identity, old_candidates, writers_at
+from ..container.opener import open_source
+from ..format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
+from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
+from ..rules import raise_if, required
+from ..rules.container import CON
+
+Understood = Collection[str] | Mapping[str, int]
+
+
+def open_verified(
+    path: Path, understood: Understood, issues: list[CheckpointError] | None, check_files: bool = True
+) -> tuple[Path, Source, ParsedManifest]:
+    """Steps 1-11 for ``path``: where the checkpoint was found, its open source, its parsed manifest.
+
+    ``issues`` receives every further error of the steps that can report several; the first is raised.
+    ``check_files=False`` stops after step 9 (manifest and paths).
+    """
+    raise_if(CON.check("R-PUB-12", None, path.name, file=str(path)))
+    return _open_consistent(path, understood, issues, check_files)
+
+
+def _raise_first(errors: list[CheckpointError], issues: list[CheckpointError] | None) -> None:
+    if errors:
+        if issues is not None:
+            issues.extend(errors[1:])
+        raise errors[0]
+
+
+def _open_at(
+    target: Path,
+    understood: Understood,
+    issues: list[CheckpointError] | None,
+    check_files: bool = True,
+) -> tuple[Source, ParsedManifest]:
+    """Steps 1-11 for a path that exists."""
+    check_locatable(target)
+    source = open_source(target)
+    try:
+        parsed = parse_and_pin(source, source.read_manifest(), understood, issues, check_files)
+    except BaseException:
+        source.close()
+        raise
+    return source, parsed
+
+
+def parse_and_pin(source: Source, manifest: bytes, understood: Understood, issues: list[CheckpointError] | None,
+                  check_files: bool) -> ParsedManifest:
+    """Steps 3-11 on a manifest read from ``source`` (local or remote): parse it, then (``check_files``)
+    check the inventory and pin the files it lists."""
+    parsed = parse_manifest(manifest, understood_extensions=understood, issues=issues)
+    if check_files:
+        check_inventory(source, parsed, issues)
+        # From here on a writer replacing the checkpoint cannot take its files away (R-RDR-14).
+        source.pin(parsed.file_paths())
+    return parsed
+
+
+def _open_once(
+    target: Path,
+    understood: Understood,
+    issues: list[CheckpointError] | None,
+    check_files: bool,
+) -> tuple[Path, Source, ParsedManifest]:
+    """Steps 1-11 once: the target if it exists, else the R-PUB-13 fallback."""
+    if os.path.exists(target):
+        return (target, *_open_at(target, understood, issues, check_files))
+    return _open_fallback(target, understood)
+
+
+def _open_consistent(
+    target: Path,
+    understood: Understood,
+    issues: list[CheckpointError] | None,
+    check_files: bool,
+) -> tuple[Path, Source, ParsedManifest]:
+    """Open ``target``; if it failed because another process replaced the checkpoint meanwhile, once more.
+
+    A failure counts as a race when the name resolves to another entry (or to nothing, or to something)
+    after the attempt than before it (:func:`identity`): a writer published over it, so the checkpoint
+    that was being read may have been deleted half-way. The retry reads the new, complete checkpoint
+    (R-RDR-13). If that races too, :class:`ConcurrentModification` says so; an error with the name
+    unchanged is the checkpoint's own and is raised as it is.
+    """
+    for attempt in range(2):
+        before = identity(target)
+        found: list[CheckpointError] | None = [] if issues is not None else None
+        try:
+            return _open_once(target, understood, found, check_files)
+        except CheckpointError as exc:
+            error: CheckpointError = exc
+        except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
+            error = required(CON.check("R-CON-3", None, failure=exc, file=str(exc.filename or target)))
+        if identity(target) == before and not isinstance(error, ConcurrentModification):
+            if issues is not None and found:
+                issues.extend(found)
+            raise error
+        if attempt:
+            raise ConcurrentModification(
+                f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
+                f"row; the last attempt failed with {error}", file=str(target), rule="R-RDR-13") from None
+    raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
+
+
+#: Errors of one rule reported one by one by the inventory; the rest are counted in one more error,
+#: so a manifest listing a million absent files costs a million lookups, not a million error objects.
+REPORTED_PER_RULE = 100
+
+
+def check_inventory(source: Source, parsed: ParsedManifest, issues: list[CheckpointError] | None) -> None:
+    """Step 10 (entry types, listed files present, unlisted files, archive members) and step 11 (sizes)."""
+    files, errors, rejected = source.inventory()
+    listed = parsed.file_paths()
+
+    def under_rejected(rel: str) -> bool:
+        return any(rel == bad or rel.startswith(bad + "/") for bad in rejected)
+
+    missing = 0
+    for rel, (component, key) in listed.items():
+        if rel not in files and not under_rejected(rel):
+            missing += 1
+            if missing <= REPORTED_PER_RULE:
+                errors.append(required(CON.check("R-CON-3", field_of("components", component, "files", key),
+                                                 "absent (or not a regular file)", file=rel)))
+    if missing > REPORTED_PER_RULE:
+        errors.append(required(CON.check("R-CON-3", "$.components", more=missing - REPORTED_PER_RULE,
+                                         file=str(source.path))))
+    extra = 0
+    for rel in files:
+        if rel != MANIFEST_NAME and rel not in listed:
+            extra += 1
+            if extra <= REPORTED_PER_RULE:
+                errors.append(required(CON.check("R-CON-2", None, 1, file=rel)))
+    if extra > REPORTED_PER_RULE:
+        errors.append(required(CON.check("R-CON-2", None, extra - REPORTED_PER_RULE, file=str(source.path))))
+    _raise_first(errors, issues)
+    components = parsed.manifest.components
+    for rel, (component, key) in listed.items():
+        error = CON.check("R-CHK-6", field_of("components", component, "files", key, "size"), files[rel],
+                          components[component].files[key].size, file=rel)
+        if error is not None:
+            errors.append(error)
+    _raise_first(errors, issues)
+
+
+def _open_fallback(
+    target: Path, understood: Understood
+) -> tuple[Path, Source, ParsedManifest]:
+    """R-PUB-13 / R-PUB-14: read the one ``.NAME.oc-old-*`` entry that opens cleanly."""
+    candidates = old_candidates(target)
+    opened: list[tuple[Path, Source, ParsedManifest]] = []
+    for candidate in candidates:
+        try:
+            opened.append((candidate, *_open_at(candidate, understood, None)))
+        except CheckpointError:
+            continue
+    if len(opened) == 1:
+        return opened[0]
+    for _, source, _ in opened:
+        source.close()
+    if os.path.exists(target):  # the replacement may have completed in between
+        return (target, *_open_at(target, understood, None))
+    if not candidates:
+        writers = writers_at(target)
+        hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
+        raise required(CON.check("R-PUB-10", None, False, f"no such file or directory{hint}", file=str(target)))
+    raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
+                         f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
+                         rule="R-PUB-14")

@@ -1,0 +1,220 @@
+"""The validation steps 12-15 of one component, shared by loading and ``validate`` (spec §15).
+
+:class:`CheckpointSteps` is an opened checkpoint (steps 1-11 passed,
+:mod:`.opening`) that runs, per component, step 12 (kind), step 13 (the
+payload file's size limit and CRC-32C), step 14 (parse the payload) and
+step 15 (array layout). ``load`` runs them for the components it reads;
+``validate`` and ``inspect`` run each step over every component. The file
+checksum rule R-CHK-7 is written once, in :func:`check_file_crc32c`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self
+
+from ..container.base import FileRegion, Source
+from ..format.errors import (
+    CheckpointError,
+    IncompatibleComponent,
+    IntegrityError,
+    LimitExceeded,
+    UnknownComponentKind,
+    UnsupportedVersion,
+)
+from ..format.integrity import crc32c_of, format_crc32c
+from ..format.limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
+from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, UNDERSTOOD_EXTENSIONS, field_of
+from ..format.models import ComponentRecord, FileEntry
+from ..format.strict_json import parse_ijson
+from ..location import Location, PathArg, resolve_location
+from ..rules.v2 import V2
+from ..sharding.layout import check_sharded_layout
+from ..tree.decode import DecodedTree, decode_tree
+from ..tree.layout import check_layout
+from .opening import Understood, open_verified
+from .sharded import ComponentFiles
+
+#: The payload file of each kind that has one (step 13).
+PAYLOADS = {"tree": "tree.msgpack", "json": "value.json"}
+#: Size limit of each payload file, and its rule (step 13).
+_PAYLOAD_LIMITS = {"tree.msgpack": (TREE_MAX_BYTES, "R-LIM-9"), "value.json": (VALUE_JSON_MAX_BYTES, "R-LIM-2")}
+
+
+def check_file_crc32c(crc: int, entry: FileEntry, file: str, where: str) -> None:
+    """R-CHK-7: the CRC-32C of a listed file's bytes equals its entry's ``crc32c``."""
+    computed = format_crc32c(crc)
+    if computed != entry.crc32c:
+        raise IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed {computed}", file=file,
+                             field=where + ".crc32c", rule="R-CHK-7")
+
+
+class CheckpointSteps:
+    """An open checkpoint (steps 1-11 passed) whose components are checked step by step on demand.
+
+    ``issues``, if given, receives every further error of the steps that can
+    report several (manifest members and paths, inventory, file sizes) when
+    opening fails; the first error is raised. ``check_files=False`` stops after
+    the manifest and paths (steps 1-9), for tools that describe a checkpoint
+    from its metadata alone; decoding a component still checks its files.
+    """
+
+    def __init__(
+        self,
+        path: PathArg,
+        *,
+        understood_extensions: Understood = UNDERSTOOD_EXTENSIONS,
+        issues: list[CheckpointError] | None = None,
+        check_files: bool = True,
+    ) -> None:
+        self.path: Location = resolve_location(path)
+        self._understood = understood_extensions
+        self.location: Location
+        self.source: Source
+        if isinstance(self.path, Path):
+            self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
+                                                                    check_files)
+        else:  # a location on an fsspec filesystem (spec §12.7)
+            from ..remote.opening import open_remote
+
+            self.location, self.source, self.parsed = open_remote(self.path, understood_extensions, issues,
+                                                                  check_files)
+
+    # -- metadata -------------------------------------------------------------
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as plain JSON values."""
+        return self.parsed.raw
+
+    @property
+    def components(self) -> dict[str, ComponentRecord]:
+        return dict(self.parsed.manifest.components)
+
+    def record(self, name: str) -> ComponentRecord:
+        try:
+            return self.parsed.manifest.components[name]
+        except KeyError:
+            raise CheckpointError(f"no component named {name!r} (has: {sorted(self.components)})",
+                                  file=str(self.path)) from None
+
+    def _file(self, record: ComponentRecord, rel: str) -> str:
+        return f"{record.path}/{rel}"
+
+    # -- step 12 --------------------------------------------------------------
+    def check_kind(self, name: str, kind: str | None = None) -> ComponentRecord:
+        """Step 12: R-CMP-21 (kind not implemented), R-CMP-19 (kind_version too new), R-SHD-2 (a tree
+        kind_version 2 in a checkpoint of format version 1)."""
+        record = self.record(name)
+        where = field_of("components", name)
+        if record.kind not in KIND_VERSIONS:
+            raise UnknownComponentKind(f"component {name!r} has kind {record.kind!r}, which this reader does not "
+                                       "implement", file=MANIFEST_NAME, field=where + ".kind", rule="R-CMP-21")
+        if record.kind_version > KIND_VERSIONS[record.kind]:
+            raise UnsupportedVersion(
+                f"{record.kind} kind_version {record.kind_version} is newer than the highest this reader "
+                f"supports ({KIND_VERSIONS[record.kind]})",
+                file=MANIFEST_NAME, field=where + ".kind_version", rule="R-CMP-19")
+        error = V2.check("R-SHD-2", where + ".kind_version", record.kind, record.kind_version,
+                         self.parsed.written_version)
+        if error is not None:
+            raise error
+        if kind is not None and record.kind != kind:
+            raise IncompatibleComponent(f"component {name!r} is a {record.kind!r} component, not {kind!r}",
+                                        file=MANIFEST_NAME, field=where + ".kind")
+        return record
+
+    _check_kind = check_kind
+
+    # -- step 13 --------------------------------------------------------------
+    def read_small(self, name: str, rel: str) -> bytes:
+        """Step 13: read one whole file of a component, checking its size limit and CRC-32C."""
+        record = self.record(name)
+        entry = record.files[rel]
+        full = self._file(record, rel)
+        where = field_of("components", name, "files", rel)
+        limit = _PAYLOAD_LIMITS.get(rel) if record.kind in PAYLOADS else None
+        if limit is not None and entry.size > limit[0]:
+            raise LimitExceeded(f"{rel} is {entry.size} bytes, limit {limit[0]}", file=full,
+                                field=where + ".size", rule=limit[1])
+        data = self.source.read_file(full, entry.size)
+        check_file_crc32c(crc32c_of(data), entry, full, where)
+        return data
+
+    # -- step 14 --------------------------------------------------------------
+    def parse_tree(self, name: str, data: bytes) -> DecodedTree:
+        """Step 14 for a ``tree`` component: its verified ``tree.msgpack`` bytes, decoded."""
+        try:
+            return decode_tree(data, format_version=self.parsed.written_version,
+                               kind_version=self.record(name).kind_version)
+        except CheckpointError as exc:
+            raise exc.at(file=self._file(self.record(name), "tree.msgpack")) from None
+
+    def parse_json(self, name: str, data: bytes) -> Any:
+        """Step 14 for a ``json`` component: its verified ``value.json`` bytes, strictly parsed."""
+        return parse_ijson(data, file=self._file(self.record(name), "value.json"), document="value")
+
+    # -- step 15 --------------------------------------------------------------
+    def check_tree_layout(self, name: str, decoded: DecodedTree) -> tuple[str, int]:
+        """Step 15 for a ``tree`` component; returns the data file's path and size."""
+        record = self.record(name)
+        size = record.files["data.bin"].size
+        try:
+            if record.kind_version >= 2:
+                check_sharded_layout(decoded, {rel: entry.size for rel, entry in record.files.items()}, record.path)
+            else:
+                check_layout(decoded.arrays, size)
+        except CheckpointError as exc:
+            raise exc.at(file=self._file(record, "tree.msgpack")) from None
+        return self._file(record, "data.bin"), size
+
+    # -- steps 12-15 together -------------------------------------------------
+    def decoded_layout(self, name: str) -> tuple[DecodedTree, str, int]:
+        """Steps 12-15 without touching data.bin: the document, the data file's path and size."""
+        self.check_kind(name, "tree")
+        decoded = self.parse_tree(name, self.read_small(name, "tree.msgpack"))
+        data_file, size = self.check_tree_layout(name, decoded)
+        return decoded, data_file, size
+
+    def decoded_tree(self, name: str) -> tuple[DecodedTree, memoryview, str]:
+        """Steps 12-15: the verified tree document, the data file map, and the data file's path."""
+        decoded, data_file, size = self.decoded_layout(name)
+        data_map = self.source.map_file(data_file, size)
+        return decoded, data_map, data_file
+
+    def component_files(self, name: str) -> ComponentFiles:
+        """The data files of a tree component, each mapped when a sharded array first needs it."""
+        record = self.record(name)
+        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()})
+
+    def open_region(self, data_file: str, size: int, *, again: bool = False) -> FileRegion:
+        """Positioned reads of a data file (:meth:`Source.open_region`); ``again``: its bytes will be read
+        a second time while the checkpoint is open (:meth:`Source.open_region_kept`)."""
+        return self.source.open_region_kept(data_file, size) if again else self.source.open_region(data_file, size)
+
+    # -- json and files components ----------------------------------------------
+    def json(self, name: str) -> Any:
+        """Steps 12-14 for a ``json`` component: its verified, strictly parsed value."""
+        self.check_kind(name, "json")
+        return self.parse_json(name, self.read_small(name, "value.json"))
+
+    def iter_files(self, name: str, *, verify: bool = True) -> Iterator[tuple[str, bytes]]:
+        """(relative name, ``bytes``) of every file of a ``files`` component, each verified (R-CHK-12).
+
+        The data is immutable ``bytes`` in both forms (:meth:`Source.read_file`).
+        """
+        record = self.check_kind(name, "files")
+        for rel, entry in record.files.items():
+            if verify:
+                yield rel, self.read_small(name, rel)
+            else:
+                yield rel, self.source.read_file(self._file(record, rel), entry.size)
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

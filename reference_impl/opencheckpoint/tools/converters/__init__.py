@@ -1,0 +1,133 @@
+"""Converters from other checkpoint formats, and export to them.
+
+``convert`` reads a ``torch.save`` file, a safetensors file, a torchrl
+``Checkpoint`` (directory or archive) or an orbax checkpoint directory and
+writes an OpenCheckpoint checkpoint; ``export`` writes a checkpoint's arrays
+as a safetensors or ``torch.save`` file. Each source format has its own
+module and imports its framework only when used, so this package imports
+neither torch nor JAX.
+
+>>> import numpy as np, tempfile, os
+>>> from safetensors.numpy import save_file
+>>> folder = tempfile.mkdtemp()
+>>> save_file({"w": np.ones(2, np.float32)}, os.path.join(folder, "m.safetensors"), metadata={"a": "b"})
+>>> detect_source(os.path.join(folder, "m.safetensors"))
+'safetensors'
+>>> path = convert(os.path.join(folder, "m.safetensors"), os.path.join(folder, "ckpt"))
+>>> from opencheckpoint import read_component
+>>> read_component(path, "model")["w"].tolist()
+[1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ...checkpoint import Checkpoint, CheckpointFormat
+from ...format.errors import CheckpointError
+from ...location import local_path
+from ...progress import ProgressArg
+from ._common import ConversionError, Foreign
+from .exporting import ExportResult, export
+
+SourceFormat = Literal["torch", "safetensors", "torchrl", "orbax"]
+#: Every source format, in the order auto-detection tries them.
+SOURCES: Final[tuple[SourceFormat, ...]] = ("torchrl", "orbax", "safetensors", "torch")
+
+__all__ = ["SOURCES", "ConversionError", "ExportResult", "convert", "detect_source", "export", "read_foreign"]
+
+
+def detect_source(path: str | os.PathLike[str]) -> SourceFormat:
+    """The format of a foreign checkpoint, from its files (never from its name alone)."""
+    from .orbax_checkpoint import is_orbax_checkpoint
+    from .safetensors_file import is_safetensors
+    from .torch_file import is_torch_file
+    from .torchrl_checkpoint import is_torchrl_checkpoint
+
+    source = Path(path)
+    if not source.exists():
+        raise ConversionError("no such file or directory", file=str(source))
+    if is_torchrl_checkpoint(source):
+        return "torchrl"
+    if is_orbax_checkpoint(source):
+        return "orbax"
+    if is_safetensors(source):
+        return "safetensors"
+    if is_torch_file(source):
+        return "torch"
+    raise ConversionError(f"cannot tell the format; pass one of {', '.join(SOURCES)} explicitly "
+                          "(--from / source=)", file=str(source))
+
+
+def read_foreign(path: str | os.PathLike[str], source: SourceFormat | None = None, *,
+                 component: str | None = None, split: bool = False, step: int | None = None) -> Foreign:
+    """Read a foreign checkpoint into the components and metadata :func:`convert` writes."""
+    src = Path(path)
+    kind = source or detect_source(src)
+    try:
+        return _read(src, kind, component=component, split=split, step=step)
+    except (CheckpointError, MemoryError):
+        raise
+    except Exception as exc:
+        # Each reader turns the failures it knows into ConversionError; a foreign library's own exception
+        # for a malformed file (zipfile, safetensors, orbax, NumPy) must not escape as a traceback either.
+        raise ConversionError(f"not a readable {kind} checkpoint: {type(exc).__name__}: {exc}",
+                              file=str(src)) from None
+
+
+def _read(src: Path, kind: str, *, component: str | None, split: bool, step: int | None) -> Foreign:
+    if kind == "torch":
+        from .torch_file import read_torch
+
+        return read_torch(src, component or "model", split=split)
+    if kind == "safetensors":
+        from .safetensors_file import read_safetensors
+
+        return read_safetensors(src, component or "model")
+    if kind == "torchrl":
+        from .torchrl_checkpoint import read_torchrl
+
+        return read_torchrl(src)
+    if kind == "orbax":
+        from .orbax_checkpoint import read_orbax
+
+        return read_orbax(src, component or "state", step=step)
+    raise ConversionError(f"unknown source format {kind!r}; one of {', '.join(SOURCES)}", field="source")
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    source: SourceFormat | None = None,
+    format: CheckpointFormat = "directory",
+    component: str | None = None,
+    split: bool = False,
+    step: int | None = None,
+    metadata: dict[str, Any] | None = None,
+    progress: ProgressArg = None,
+) -> Path:
+    """Convert a foreign checkpoint at ``src`` into an OpenCheckpoint checkpoint at ``dst``; return ``dst``.
+
+    Args:
+        source: ``"torch"``, ``"safetensors"``, ``"torchrl"`` or ``"orbax"``; detected when None.
+        format: ``"directory"`` (default) or ``"archive"``.
+        component: the component name for single-component sources (``model`` for torch and
+            safetensors files, ``state`` for an orbax PyTree item).
+        split: torch files only: one component per top-level key of the saved dict.
+        step: orbax ``CheckpointManager`` directories only: the step to convert (default: newest).
+        metadata: extra manifest metadata (merged over what the converter records).
+        progress: of the write: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``.
+
+    The manifest metadata records ``converted_from`` (format, file name and
+    what the source recorded). A ``torch.save`` file is read with
+    ``weights_only=True``: a file that needs full unpickling is refused with
+    :class:`ConversionError`, which explains what to do.
+    """
+    foreign = read_foreign(src, source, component=component, split=split, step=step)
+    checkpoint = Checkpoint(format=format)
+    for name, value in foreign.components.items():
+        checkpoint.register(name, value, adapter=foreign.adapters.get(name))
+    return checkpoint.save(local_path(dst), metadata={**foreign.metadata, **(metadata or {})}, progress=progress)

@@ -1,0 +1,165 @@
+"""``diff``: what differs between two checkpoints — components, arrays, values and metadata.
+
+Arrays are equal when their dtype, shape and bytes are equal (so ``-0.0`` and
+``0.0`` differ, and a NaN equals the same NaN). For a changed floating-point
+array the report gives the largest absolute and relative difference.
+
+>>> import numpy as np, tempfile, os
+>>> from opencheckpoint import Checkpoint
+>>> folder = tempfile.mkdtemp()
+>>> a = Checkpoint(m={"w": np.zeros(3, np.float32)}).save(os.path.join(folder, "a"), metadata={"step": 1})
+>>> b = Checkpoint(m={"w": np.array([0, 0.5, 0], np.float32)}).save(os.path.join(folder, "b"), metadata={"step": 2})
+>>> report = diff(a, b)
+>>> report.equal, [(c.path, c.change, c.max_abs_diff) for c in report.changes]
+(False, [('metadata.step', 'changed', None), ('m/$.w', 'changed', 0.5)])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..read.reader import CheckpointReader
+from ..tree.nodes import NamedTupleValue
+
+Change = Literal["added", "removed", "changed"]
+
+
+@dataclass
+class Difference:
+    """One difference: where (``component/$.tree.path``, ``component``, or ``metadata.key``) and what."""
+
+    path: str
+    change: Change
+    detail: str = ""
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+
+
+@dataclass
+class DiffReport:
+    """Every difference between checkpoint ``a`` and checkpoint ``b``; ``equal`` when there is none."""
+
+    a: str
+    b: str
+    changes: list[Difference] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return not self.changes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "equal": self.equal,
+                "changes": [{k: v for k, v in asdict(c).items() if v is not None and v != ""}
+                            for c in self.changes]}
+
+
+def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> DiffReport:
+    """Compare two checkpoints (every array is read and verified); raises :class:`CheckpointError` if unreadable."""
+    report = DiffReport(str(a), str(b))
+    with CheckpointReader(a) as left, CheckpointReader(b) as right:
+        _compare_mapping(report, "metadata", left.manifest.get("metadata") or {},
+                         right.manifest.get("metadata") or {})
+        lc, rc = left.components, right.components
+        for name in lc:
+            if name not in rc:
+                report.changes.append(Difference(name, "removed", f"a {lc[name].kind} component"))
+        for name in rc:
+            if name not in lc:
+                report.changes.append(Difference(name, "added", f"a {rc[name].kind} component"))
+        for name in (n for n in lc if n in rc):
+            kind_a, kind_b = lc[name].kind, rc[name].kind
+            if kind_a != kind_b:
+                report.changes.append(Difference(name, "changed", f"kind {kind_a} -> {kind_b}"))
+            elif kind_a == "tree":
+                _compare_trees(report, name, left.read(name), right.read(name))
+            elif kind_a == "json":
+                if left.json(name) != right.json(name):
+                    report.changes.append(Difference(name, "changed", "JSON value differs"))
+            else:
+                files_a = {rel: (f.size, f.crc32c) for rel, f in lc[name].files.items()}
+                files_b = {rel: (f.size, f.crc32c) for rel, f in rc[name].files.items()}
+                _compare_mapping(report, name, files_a, files_b)
+    return report
+
+
+def _compare_mapping(report: DiffReport, prefix: str, a: dict[str, Any], b: dict[str, Any]) -> None:
+    for key in a:
+        if key not in b:
+            report.changes.append(Difference(f"{prefix}.{key}", "removed"))
+        elif a[key] != b[key]:
+            report.changes.append(Difference(f"{prefix}.{key}", "changed", f"{a[key]!r} -> {b[key]!r}"))
+    for key in b:
+        if key not in a:
+            report.changes.append(Difference(f"{prefix}.{key}", "added"))
+
+
+def leaves(value: Any, path: str = "$") -> Iterator[tuple[str, Any]]:
+    """Every leaf of a tree with its ``$``-rooted path (``$.key``, ``$[0]``), in document order."""
+    if isinstance(value, NamedTupleValue):
+        for key, item in value._asdict().items():
+            yield from leaves(item, f"{path}.{key}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from leaves(item, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def _compare_trees(report: DiffReport, name: str, a: Any, b: Any) -> None:
+    left, right = dict(leaves(a)), dict(leaves(b))
+    for path, value in left.items():
+        where = f"{name}/{path}"
+        if path not in right:
+            report.changes.append(Difference(where, "removed", _describe(value)))
+            continue
+        other = right[path]
+        if isinstance(value, np.ndarray) and isinstance(other, np.ndarray):
+            change = _compare_arrays(where, value, other)
+            if change is not None:
+                report.changes.append(change)
+        elif type(value) is not type(other) or not _same(value, other):
+            report.changes.append(Difference(where, "changed", f"{_describe(value)} -> {_describe(other)}"))
+    for path, value in right.items():
+        if path not in left:
+            report.changes.append(Difference(f"{name}/{path}", "added", _describe(value)))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN scalars stored the same way are the same value
+    except (TypeError, ValueError):
+        return False
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{list(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _compare_arrays(where: str, a: np.ndarray, b: np.ndarray) -> Difference | None:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return Difference(where, "changed", f"{_describe(a)} -> {_describe(b)}")
+    if a.tobytes() == b.tobytes():
+        return None
+    if a.dtype.kind not in "fc" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
+        return Difference(where, "changed", f"{int(np.count_nonzero(a != b))} of {a.size} elements differ")
+    x, y = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), b.astype(
+        np.complex128 if b.dtype.kind == "c" else np.float64)
+    with np.errstate(all="ignore"):
+        delta = np.abs(x - y)
+        rel = delta / np.maximum(np.abs(x), np.abs(y))
+    finite = np.isfinite(delta)
+    max_abs = float(delta[finite].max()) if finite.any() else None
+    rel_ok = np.isfinite(rel)
+    max_rel = float(rel[rel_ok].max()) if rel_ok.any() else 0.0
+    return Difference(where, "changed", f"{_describe(a)}: values differ", max_abs, max_rel)

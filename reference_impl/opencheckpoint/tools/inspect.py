@@ -1,0 +1,83 @@
+"""``inspect``: describe a checkpoint and check its structure, without reading any array byte.
+
+Besides the description, :func:`describe` runs every check of the spec's
+validation order that needs no array byte (§15 steps 1-15: manifest, paths,
+inventory with entry types and sizes, kinds, payload checksums, tree
+documents, array layout) and lists each error in ``summary["errors"]``; only
+the content checks of step 16 (array and file checksums, padding) are left
+to ``validate``. Its time and memory are linear in the bytes it reads: the
+manifest and the ``tree.msgpack`` / ``value.json`` files.
+
+>>> import numpy as np, tempfile, os
+>>> from opencheckpoint import Checkpoint
+>>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+>>> _ = Checkpoint(model={"w": np.zeros((2, 3), np.float32)}).save(path)
+>>> summary = describe(path)
+>>> summary["components"]["model"]["arrays"], summary["ok"]
+([{'path': '$.w', 'dtype': 'float32', 'shape': [2, 3], 'nbytes': 24}], True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..format.errors import CheckpointError
+from ..location import PathArg
+from ..read.opening import check_inventory
+from ..read.steps import CheckpointSteps
+from ..read.validate import ValidationReport, check_structure
+
+
+def describe(path: PathArg) -> dict[str, Any]:
+    """A JSON-ready summary: manifest fields, per component its kind, files, arrays and sizes, and
+    ``ok`` / ``errors``: every structural error found (steps 10-15 of §15).
+
+    Raises the :class:`CheckpointError` of steps 1-9 when the manifest itself cannot be trusted.
+    """
+    with CheckpointSteps(path, check_files=False) as reader:
+        report = ValidationReport(str(path))
+        layouts: dict[str, Any] = {}
+        issues: list[CheckpointError] = []
+        try:
+            check_inventory(reader.source, reader.parsed, issues)  # steps 10-11: entry types, sizes
+        except CheckpointError as exc:
+            for error in (exc, *issues):
+                report.add(error)
+        else:
+            reader.source.pin(reader.parsed.file_paths())  # read this checkpoint even if replaced now
+            layouts, _ = check_structure(reader, report)  # steps 12-15 for every component
+        manifest = reader.parsed.manifest
+        summary: dict[str, Any] = {
+            "path": str(path),
+            "form": reader.source.form,
+            "format_version": reader.parsed.written_version,
+            "checkpoint_id": manifest.checkpoint_id,
+            "created_at": manifest.created_at,
+            "producer": manifest.producer.model_dump(exclude_none=True),
+            "metadata": manifest.metadata,
+            "extensions": {k: v.model_dump() for k, v in manifest.extensions.items()},
+            "components": {},
+            "ok": report.ok,
+            "errors": [issue.__dict__ for issue in report.errors],
+        }
+        for name, record in manifest.components.items():
+            entry: dict[str, Any] = {
+                "kind": record.kind,
+                "kind_version": record.kind_version,
+                "bytes": sum(f.size for f in record.files.values()),
+                "files": {rel: f.size for rel, f in record.files.items()},
+            }
+            if record.hints:
+                entry["hints"] = record.hints
+            if name in layouts:
+                decoded = layouts[name][0]
+                entry["arrays"] = [
+                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes}
+                    for ref in decoded.arrays
+                ] + [
+                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes,
+                     "shards": len(ref.shards)}
+                    for ref in decoded.sharded
+                ]
+            summary["components"][name] = entry
+        return summary

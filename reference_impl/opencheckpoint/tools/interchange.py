@@ -1,0 +1,222 @@
+"""Moving weights between PyTorch state dicts and Flax NNX state, bit for bit.
+
+PyTorch and Flax name and lay out the same layers differently:
+
+========================  ==============================  ==============================
+layer (``kind``)          PyTorch (``state_dict``)        Flax NNX (``nnx.to_pure_dict``)
+========================  ==============================  ==============================
+``"linear"``              ``weight`` [out, in], ``bias``  ``kernel`` [in, out], ``bias``
+``"conv"``                ``weight`` [out, in, *k]        ``kernel`` [*k, in, out]
+``"layernorm"``           ``weight``, ``bias``            ``scale``, ``bias``
+``"embedding"``           ``weight`` [n, d]               ``embedding`` [n, d]
+========================  ==============================  ==============================
+
+Module paths differ too (``nn.Sequential`` numbers its children, an NNX
+module names its attributes), so the caller passes an explicit mapping from
+PyTorch module prefixes to NNX attribute paths. Values are only ever
+transposed, never cast: every element keeps its exact bits. The helpers
+accept NumPy arrays, torch tensors or JAX arrays (whatever
+:func:`~opencheckpoint.read_component` returned for ``framework=``) and
+import no framework themselves.
+
+Examples:
+    >>> import numpy as np
+    >>> torch_state = {"0.weight": np.arange(6, dtype=np.float32).reshape(3, 2), "0.bias": np.zeros(3, np.float32)}
+    >>> params = torch_state_to_nnx(torch_state, {"0": "encoder"})
+    >>> params["encoder"]["kernel"].shape
+    (2, 3)
+    >>> back = nnx_to_torch_state(params, {"0": "encoder"})
+    >>> bool((back["0.weight"] == torch_state["0.weight"]).all()), list(back)
+    (True, ['0.weight', '0.bias'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ..format.errors import IncompatibleComponent
+from ..read.restore_plan import RestorePlan, flatten, unflatten
+
+LayerKind = Literal["linear", "conv", "layernorm", "embedding"]
+
+#: torch parameter name -> NNX parameter name, per layer kind.
+_NAMES: dict[str, dict[str, str]] = {
+    "linear": {"weight": "kernel", "bias": "bias"},
+    "conv": {"weight": "kernel", "bias": "bias"},
+    "layernorm": {"weight": "scale", "bias": "bias"},
+    "embedding": {"weight": "embedding"},
+}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Where one PyTorch module's parameters go in the NNX state, and how they are laid out.
+
+    ``nnx_path`` is dotted (``"actor.layers.0"``); all-digit parts are list
+    indices (int keys in NNX state dicts).
+    """
+
+    nnx_path: str
+    kind: LayerKind = "linear"
+
+    def __post_init__(self) -> None:
+        if self.kind not in _NAMES:
+            raise ValueError(f"layer kind must be one of {sorted(_NAMES)}, got {self.kind!r}")
+
+
+LayerMapping = Mapping[str, "str | Layer"]
+
+
+def _layer(spec: str | Layer) -> Layer:
+    return spec if isinstance(spec, Layer) else Layer(spec)
+
+
+def _nnx_keys(path: str) -> tuple[str | int, ...]:
+    return tuple(int(part) if part.isdigit() else part for part in path.split(".") if part)
+
+
+def _permute(array: Any, axes: tuple[int, ...]) -> Any:
+    """Transpose a NumPy array, torch tensor or JAX array; the result owns C-ordered data."""
+    if axes == tuple(range(len(axes))):
+        return array
+    if hasattr(array, "permute"):  # torch
+        return array.permute(*axes).contiguous()
+    if isinstance(array, np.ndarray):
+        return np.ascontiguousarray(array.transpose(axes))
+    return array.transpose(axes)  # JAX
+
+
+def _to_nnx_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
+    if name == "weight" and kind == "linear":
+        if ndim != 2:
+            raise IncompatibleComponent(f"a linear weight must be 2-D, got {ndim}-D")
+        return (1, 0)
+    if name == "weight" and kind == "conv":
+        if ndim < 3:
+            raise IncompatibleComponent(f"a conv weight must be at least 3-D, got {ndim}-D")
+        return (*range(2, ndim), 1, 0)  # [out, in, *k] -> [*k, in, out]
+    return tuple(range(ndim))
+
+
+def _to_torch_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
+    if name == "weight" and kind == "linear":
+        return (1, 0)
+    if name == "weight" and kind == "conv":
+        return (ndim - 1, ndim - 2, *range(ndim - 2))  # [*k, in, out] -> [out, in, *k]
+    return tuple(range(ndim))
+
+
+def torch_to_nnx_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+    """A ``rename=`` callable: PyTorch state-dict key -> dotted NNX key path (``"0.weight"`` -> ``"encoder.kernel"``).
+
+    Keys of modules the mapping does not name map to ``None`` (dropped). Use it
+    with ``read_component(..., rename=...)`` or as the model for a mapping of
+    your own; layouts (transposes) are :func:`torch_state_to_nnx`'s job.
+
+    >>> torch_to_nnx_rename({"0": "encoder"})("0.weight"), torch_to_nnx_rename({"0": "encoder"})("1.weight")
+    ('encoder.kernel', None)
+    """
+    layers = {prefix: _layer(spec) for prefix, spec in mapping.items()}
+
+    def rename(key: str) -> str | None:
+        prefix, _, name = key.rpartition(".")
+        layer = layers.get(prefix)
+        if layer is None:
+            return None
+        nnx_name = _NAMES[layer.kind].get(name)
+        if nnx_name is None:
+            raise IncompatibleComponent(f"{key}: a {layer.kind} layer has no parameter {name!r}", field=key)
+        return f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+
+    return rename
+
+
+def nnx_to_torch_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+    """A ``rename=`` callable: dotted NNX key path -> PyTorch state-dict key (the inverse of
+    :func:`torch_to_nnx_rename`); paths outside the mapped layers (RNG keys, counters) map to ``None``.
+
+    >>> nnx_to_torch_rename({"0": "encoder"})("encoder.kernel")
+    '0.weight'
+    """
+    inverse: dict[str, str] = {}
+    for prefix, spec in mapping.items():
+        layer = _layer(spec)
+        for torch_name, nnx_name in _NAMES[layer.kind].items():
+            nnx_key = f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+            inverse[nnx_key] = f"{prefix}.{torch_name}" if prefix else torch_name
+    return inverse.get
+
+
+def _layout(key: str, mapping: LayerMapping) -> tuple[str, str]:
+    """(layer kind, torch parameter name) of a PyTorch state-dict key named by ``mapping``."""
+    prefix, _, name = key.rpartition(".")
+    return _layer(mapping[prefix]).kind, name
+
+
+def torch_state_to_nnx(state_dict: Mapping[str, Any], mapping: LayerMapping, *, strict: bool = True) -> dict[Any, Any]:
+    """A nested NNX state dict (for ``nnx.replace_by_pure_dict``) from a flat PyTorch state dict.
+
+    ``mapping`` maps PyTorch module prefixes (``"actor.0"``) to NNX paths
+    (``"actor.hidden"``) or :class:`Layer` values. With ``strict`` every
+    state-dict entry must be mapped; otherwise unmapped entries are skipped.
+    Names are mapped by :func:`torch_to_nnx_rename` through the renaming
+    machinery of ``Checkpoint.load(rename=...)``; values are transposed.
+    """
+    plan = RestorePlan(rename=torch_to_nnx_rename(mapping))
+    renamed = plan.apply_flat(state_dict, "state dict")
+    if strict and plan.unused:
+        raise IncompatibleComponent(f"state dict entries without a mapping: {', '.join(plan.unused)}")
+    origin = [key for key in state_dict if key not in set(plan.unused)]
+    flat: dict[str, Any] = {}
+    for key, (nnx_key, value) in zip(origin, renamed.items(), strict=True):
+        kind, name = _layout(key, mapping)
+        try:
+            axes = _to_nnx_axes(kind, name, len(value.shape))
+        except IncompatibleComponent as exc:
+            raise exc.at(field=key) from None
+        flat[nnx_key] = _permute(value, axes)
+    return unflatten(flat)
+
+
+def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict[str, Any]:
+    """A flat PyTorch state dict (for ``load_state_dict``) from a nested NNX state dict.
+
+    Only the layers named in ``mapping`` are taken (an NNX state also holds
+    RNG keys and counters that have no PyTorch counterpart); each must be
+    present with every parameter of its kind (``bias`` may be absent).
+    Names are mapped by :func:`nnx_to_torch_rename`; values are transposed.
+    """
+    flat = flatten(params)
+    for prefix, spec in mapping.items():
+        layer = _layer(spec)
+        node: Any = params
+        for part in _nnx_keys(layer.nnx_path):
+            if not isinstance(node, Mapping) or part not in node:
+                raise IncompatibleComponent(f"NNX state has no {layer.nnx_path!r} (for torch {prefix!r})",
+                                            field=layer.nnx_path)
+            node = node[part]
+        for torch_name, nnx_name in _NAMES[layer.kind].items():
+            if torch_name != "bias" and (not isinstance(node, Mapping) or nnx_name not in node):
+                raise IncompatibleComponent(f"NNX layer {layer.nnx_path!r} has no {nnx_name!r}",
+                                            field=f"{layer.nnx_path}.{nnx_name}")
+    renamed = RestorePlan(rename=nnx_to_torch_rename(mapping)).apply_flat(flat, "NNX state")
+    out: dict[str, Any] = {}
+    for key, value in renamed.items():
+        kind, name = _layout(key, mapping)
+        out[key] = _permute(value, _to_torch_axes(kind, name, len(value.shape)))
+    return out
+
+
+__all__ = [
+    "Layer",
+    "LayerKind",
+    "LayerMapping",
+    "nnx_to_torch_rename",
+    "nnx_to_torch_state",
+    "torch_state_to_nnx",
+    "torch_to_nnx_rename",
+]

@@ -1,0 +1,117 @@
+"""``ls``: the checkpoints of a rotation directory with step, time, size, metric and validity.
+
+Unlike :meth:`Rotation.entries <opencheckpoint.run.Rotation.entries>`, which
+skips what it cannot read, the listing shows every ``{prefix}-{step}`` entry and
+says why a broken one is not valid; ``latest`` and ``best`` are resolved among
+the valid ones, exactly as resuming would.
+
+>>> import tempfile
+>>> from opencheckpoint import Checkpoint
+>>> from opencheckpoint.run import Rotation
+>>> run_dir = tempfile.mkdtemp()
+>>> for step, loss in [(1, 0.5), (2, 0.1), (3, 0.9)]:
+...     _ = Rotation(run_dir, keep_last=5).save(Checkpoint(x={"a": 1}), step, metadata={"loss": loss})
+>>> listing = list_run(run_dir, metric="loss", mode="min")
+>>> [e.step for e in listing.entries], listing.latest.name, listing.best.name
+([1, 2, 3], 'checkpoint-000000000003', 'checkpoint-000000000002')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..format.errors import CheckpointError, NotACheckpoint
+from ..location import local_path
+from ..read.reader import CheckpointReader
+from ..run.rotation_policy import ARCHIVE_SUFFIX
+from ..run.rotation_policy import metric as _metric
+
+
+@dataclass
+class ListedCheckpoint:
+    """One entry of a run directory."""
+
+    path: Path
+    step: int
+    valid: bool
+    created_at: str | None = None
+    size: int = 0
+    metric: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.path.name, "path": str(self.path), "step": self.step, "valid": self.valid,
+                "created_at": self.created_at, "size": self.size, "metric": self.metric, "error": self.error}
+
+
+@dataclass
+class RunListing:
+    """Every entry, oldest step first, and the ``latest`` / ``best`` valid checkpoint (None if there is none)."""
+
+    directory: Path
+    entries: list[ListedCheckpoint] = field(default_factory=list)
+    latest: Path | None = None
+    best: Path | None = None
+    metric: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), "metric": self.metric,
+                "latest": None if self.latest is None else str(self.latest),
+                "best": None if self.best is None else str(self.best),
+                "checkpoints": [e.to_dict() for e in self.entries]}
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def list_run(
+    directory: str | os.PathLike[str],
+    *,
+    prefix: str = "checkpoint",
+    metric: str | None = None,
+    mode: Literal["min", "max"] = "min",
+    verify: bool = False,
+) -> RunListing:
+    """List a run directory. ``verify`` checks every byte (:func:`~opencheckpoint.validate`), else the
+    manifest, inventory and sizes. Raises :class:`NotACheckpoint` if ``directory`` is not a directory."""
+    root = local_path(directory)  # `ls` lists local run directories only (a URL: UnsupportedLocation)
+    if not root.is_dir():
+        raise NotACheckpoint("not a run directory", file=str(root))
+    pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+    listing = RunListing(root, metric=metric)
+    for name in sorted(os.listdir(root)):
+        match = pattern.fullmatch(name)
+        if match is None:
+            continue
+        entry = ListedCheckpoint(root / name, int(match.group(1)), valid=False, size=_size(root / name))
+        try:
+            with CheckpointReader(entry.path) as reader:
+                manifest = reader.manifest
+            entry.created_at = str(manifest.get("created_at"))
+            if metric is not None:
+                entry.metric = _metric((manifest.get("metadata") or {}).get(metric))
+            entry.valid = True
+        except CheckpointError as exc:
+            entry.error = str(exc)
+        if entry.valid and verify:
+            from ..read.validate import validate
+
+            report = validate(entry.path)
+            if not report.ok:
+                entry.valid, entry.error = False, str(report.errors[0])
+        listing.entries.append(entry)
+    listing.entries.sort(key=lambda e: (e.step, e.created_at or "", e.path.name))
+    valid = [e for e in listing.entries if e.valid]
+    listing.latest = valid[-1].path if valid else None
+    scored = [e for e in valid if e.metric is not None]
+    if scored:
+        sign = 1.0 if mode == "max" else -1.0
+        listing.best = max(scored, key=lambda e: (sign * (e.metric or 0.0), e.step)).path
+    return listing
