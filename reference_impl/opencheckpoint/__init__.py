@@ -10,9 +10,14 @@ object of that framework is saved or a component is read with
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .checkpoint import Checkpoint, LoadResult
+# The error classes are imported now (they are small and every caller catches them); every other name
+# is imported on first use (PEP 562), so `opencheckpoint --help` and a script that needs one function do
+# not pay for NumPy, pydantic and ml_dtypes until they use something that needs them.
 from .format.errors import (
     ArchiveError,
     ArrayLayoutError,
@@ -34,17 +39,60 @@ from .format.errors import (
     UnsupportedValue,
     UnsupportedVersion,
 )
-from .format.kind_migrations import register_migration
-from .options import CheckpointOptions
-from .read.arrays import LazyArray
-from .read.probe import is_checkpoint, manifest
-from .read.reader import CheckpointReader, open_checkpoint, read_component
-from .read.sharded import LazyShardedArray
-from .read.validate import ValidationReport, validate
-from .tools.converters import ConversionError, ExportResult, convert, export
-from .tools.diffing import DiffReport, diff
-from .tree.nodes import NamedTupleValue, PRNGKeyValue
-from .write.async_save import SaveHandle
+
+#: Public name -> the module that defines it, imported when the name is first used.
+_LAZY: dict[str, str] = {
+    "LazyArray": ".read.arrays",
+    "SaveHandle": ".write.async_save",
+    "Checkpoint": ".checkpoint",
+    "LoadResult": ".checkpoint",
+    "ConversionError": ".tools.converters",
+    "ExportResult": ".tools.converters",
+    "convert": ".tools.converters",
+    "export": ".tools.converters",
+    "DiffReport": ".tools.diffing",
+    "diff": ".tools.diffing",
+    "register_migration": ".format.kind_migrations",
+    "CheckpointOptions": ".options",
+    "is_checkpoint": ".read.probe",
+    "manifest": ".read.probe",
+    "CheckpointReader": ".read.reader",
+    "open_checkpoint": ".read.reader",
+    "read_component": ".read.reader",
+    "LazyShardedArray": ".read.sharded",
+    "NamedTupleValue": ".tree.nodes",
+    "PRNGKeyValue": ".tree.nodes",
+    "ValidationReport": ".read.validate",
+    "validate": ".read.validate",
+}
+
+if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
+    from .checkpoint import Checkpoint, LoadResult
+    from .format.kind_migrations import register_migration
+    from .options import CheckpointOptions
+    from .read.arrays import LazyArray
+    from .read.probe import is_checkpoint, manifest
+    from .read.reader import CheckpointReader, open_checkpoint, read_component
+    from .read.sharded import LazyShardedArray
+    from .read.validate import ValidationReport, validate
+    from .tools.converters import ConversionError, ExportResult, convert, export
+    from .tools.diffing import DiffReport, diff
+    from .tree.nodes import NamedTupleValue, PRNGKeyValue
+    from .write.async_save import SaveHandle
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'opencheckpoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ArchiveError",

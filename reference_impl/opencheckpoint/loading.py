@@ -40,11 +40,14 @@ class LoadResult:
         incompatible: components that could not be restored -> reason.
         unrequested: components in the checkpoint that were not requested.
         values: the loaded value of each restored component.
-        manifest: the checkpoint's manifest (plain JSON).
+        manifest: the checkpoint's manifest (plain JSON; ``format_version`` as written in the file).
         versions: producer environment vs this runtime: name -> {checkpoint, runtime, matches}.
         version_skew: True when any recorded version differs from the runtime's.
         conversions: every array converted to another dtype (``cast=``), each marked lossy or not.
         unused: component -> stored key paths not restored (outside ``subtree=``, dropped by ``rename=``).
+        partial: component -> what a ``strict="warn"`` or ``"ignore"`` restore left out (entries missing
+            from the checkpoint, stored entries the target has no place for, mismatched ones), for the
+            components restored in part; such a component is in ``loaded`` too.
     """
 
     loaded: set[str] = field(default_factory=set)
@@ -57,6 +60,7 @@ class LoadResult:
     version_skew: bool = False
     conversions: list[Conversion] = field(default_factory=list)
     unused: dict[str, list[str]] = field(default_factory=dict)
+    partial: dict[str, list[str]] = field(default_factory=dict)
 
 
 logger = logging.getLogger("opencheckpoint")
@@ -145,7 +149,10 @@ def plan_loads(stored: Mapping[str, Any], live: Mapping[str, Any],
 def report(result: LoadResult, modes: Mapping[str, Strictness], path: Any) -> None:
     """Missing and incompatible components found by the plan: raise for those under ``strict="error"``,
     warn for those under ``"warn"`` (each component by its own mode)."""
-    problems = {n: "missing from the checkpoint" for n in result.missing}
+    stored = sorted(result.unrequested | (set(modes) - result.missing))
+    # the stored names, so a typo or a renamed component is fixed without opening the checkpoint
+    problems = {n: f"missing from the checkpoint (it has: {', '.join(stored) or 'no component'})"
+                for n in result.missing}
     problems.update(result.incompatible)
     errors = [f"{n}: {reason}" for n, reason in sorted(problems.items()) if modes[n] == "error"]
     if errors:
@@ -180,6 +187,8 @@ def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
         result.conversions += component_reader.plan.conversions
         if component_reader.plan.unused:
             result.unused[load.name] = list(component_reader.plan.unused)
+        if component_reader.not_restored:
+            result.partial[load.name] = list(component_reader.not_restored)
         prepared.append((load, restore))
     return prepared
 

@@ -98,9 +98,9 @@ def test_bf16_params_into_fp32_target_need_cast_and_keep_nan_and_signed_zero(tmp
     stored = jnp.asarray(bits.view(jnp.bfloat16))
     path = Checkpoint(params={"w": stored, "n": jnp.ones(2, jnp.bfloat16)}).save(tmp_path / "c")
     target = {"w": jnp.zeros(4, jnp.float32), "n": jnp.zeros(2, jnp.float32)}
-    with pytest.raises(IncompatibleComponent, match=r"\['w'\]: stored bfloat16\[4\] does not fit float32\[4\]") as info:
+    with pytest.raises(IncompatibleComponent, match=r"\$\.w: stored bfloat16\[4\] does not fit float32\[4\]") as info:
         Checkpoint(params=target).load(path)
-    assert "['n']: stored bfloat16[2]" in str(info.value) and "pass cast='widening'" in str(info.value)
+    assert "$.n: stored bfloat16[2]" in str(info.value) and "pass cast='widening'" in str(info.value)
     result = Checkpoint(params=target).load(path, cast="widening")
     assert sorted((c.path, c.stored, c.target, c.lossy) for c in result.conversions) == [
         ("n", "bfloat16", "float32", False), ("w", "bfloat16", "float32", False)]
@@ -112,7 +112,7 @@ def test_bf16_params_into_fp32_target_need_cast_and_keep_nan_and_signed_zero(tmp
 def test_nnx_cast_refusals_name_the_array(tmp_path: Path) -> None:
     path = Checkpoint(model=nnx.Linear(2, 3, rngs=nnx.Rngs(0))).save(tmp_path / "c")
     half = nnx.Linear(2, 3, rngs=nnx.Rngs(1), param_dtype=jnp.bfloat16)
-    with pytest.raises(IncompatibleComponent, match=r"\['kernel'\]: .*cast='widening' refuses it"):
+    with pytest.raises(IncompatibleComponent, match=r"\$\.kernel: .*cast='widening' refuses it"):
         Checkpoint(model=half).load(path, cast="widening")
     result = Checkpoint(model=half).load(path, cast=True)
     assert {c.path for c in result.conversions} == {"kernel", "bias"} and half.kernel[...].dtype == jnp.bfloat16
@@ -138,7 +138,7 @@ def test_partial_restore_checks_shapes_before_touching_anything(tmp_path: Path) 
     wrong = Net(nnx.Rngs(5)).encoder  # fits encoder.0 and encoder.1 ...
     wrong[1] = nnx.Linear(4, 3, rngs=nnx.Rngs(6))  # ... except encoder.1's shapes
     before = _pure(wrong)
-    with pytest.raises(IncompatibleComponent, match=r"\[1\]\['kernel'\]: stored float32\[4, 4\] does not fit"):
+    with pytest.raises(IncompatibleComponent, match=r"\$\[1\]\.kernel: stored float32\[4, 4\] does not fit"):
         Checkpoint(model=wrong).load(path, subtree="encoder")
     assert all(np.array_equal(before[k], v) for k, v in _pure(wrong).items())  # encoder.0 untouched too
 

@@ -80,6 +80,12 @@ WORKER = textwrap.dedent("""
         Checkpoint(state={"k": keys}).save(path + "-keys", timeout=timeout)
     except UnsupportedValue as exc:
         print(f"keys refused: {exc}", flush=True)
+    # Each process saving alone (not the collective form) to one path: refused, nothing written (issue 20)
+    from opencheckpoint.sharding import LocalCollective
+    try:
+        Checkpoint(state={"w": w}).save(path + "-alone", process_group=LocalCollective(), timeout=timeout)
+    except UnsupportedValue as exc:
+        print(f"alone refused: {exc}", flush=True)
     # Every process is alive here: leave together (a barrier), so that process 0, which hosts JAX's
     # coordination service, never exits while another process still talks to it (that one would abort).
     jax.distributed.shutdown()
@@ -124,7 +130,9 @@ def test_processes_save_and_one_process_loads(tmp_path: Path, nproc: int) -> Non
     assert [d.returncode for d in done] == [0] * nproc, [d.stderr[-2000:] for d in done]
     assert all("saved and restored" in d.stdout for d in done)
     assert all("keys refused: " in d.stdout and "sharded over several processes" in d.stdout for d in done)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "worker.py"]  # keys: nothing published, no debris
+    assert all("alone refused: " in d.stdout and "collective form" in d.stdout for d in done)  # issue 20
+    # keys and each process alone: nothing published, no debris
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "worker.py"]
     assert json.loads((target / "manifest.json").read_text())["format_version"] == 2
     ranks = sorted(p.name for p in target.rglob("rank-*.bin"))
     assert ranks == [f"rank-{rank:05d}.bin" for rank in range(nproc)]  # each process wrote its own shards

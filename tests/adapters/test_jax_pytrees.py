@@ -116,12 +116,14 @@ def test_mismatch_names_paths_and_touches_nothing_under_error(tmp_path: Path) ->
     with pytest.raises(IncompatibleComponent) as info:
         ckpt.load(path)
     message = str(info.value)
-    assert "['a']: stored float32[3] does not fit float32[4]" in message
-    assert "missing from the checkpoint: ['c']" in message and "not in the target: ['extra']" in message
+    assert "$.a: stored float32[3] does not fit float32[4]" in message
+    assert "missing from the checkpoint: $.c" in message and "not in the target: $.extra" in message
     assert target == {"a": a, "b": b, "c": c} and float(target["b"][0]) == 0.0
 
-    with pytest.warns(UserWarning, match=r"\['a'\]"):
+    with pytest.warns(UserWarning, match=r"\$\.a: stored"):
         result = Checkpoint(strict="warn").register("t", target, adapter=PytreeAdapter()).load(path)
+    # the partial restore is in the result too, not only in a warning
+    assert result.loaded == {"t"} and any("$.a: stored float32[3]" in line for line in result.partial["t"])
     assert result.values["t"]["a"] is a and result.values["t"]["c"] is c  # mismatched parts keep their value
     np.testing.assert_array_equal(target["b"], np.ones(2))  # the matching part is loaded
     with warnings.catch_warnings():
@@ -132,7 +134,7 @@ def test_mismatch_names_paths_and_touches_nothing_under_error(tmp_path: Path) ->
 def test_dtype_mismatch_is_reported(tmp_path: Path) -> None:
     path = Checkpoint().register("t", {"w": jnp.ones(2, jnp.bfloat16)}, adapter=PytreeAdapter()).save(
         tmp_path / "c")
-    with pytest.raises(IncompatibleComponent, match=r"\['w'\]: stored bfloat16\[2\] does not fit float32\[2\]"):
+    with pytest.raises(IncompatibleComponent, match=r"\$\.w: stored bfloat16\[2\] does not fit float32\[2\]"):
         Checkpoint().register("t", {"w": jnp.ones(2)}, adapter=PytreeAdapter()).load(path)
 
 

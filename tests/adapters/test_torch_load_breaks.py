@@ -160,7 +160,7 @@ class _BoolKeeper:
 
 
 def test_verify_false_leaves_a_bad_bool_byte_as_stored_except_in_a_module_copy(tmp_path: Path) -> None:
-    """docs/guarantees.md (``verify=False``): bool bytes unchecked; torch's copy into a module stores 01."""
+    """docs/guarantees-in-detail.md (``verify=False``): bool bytes unchecked; torch's copy into a module stores 01."""
     saved = np.array([True, False, True, True])
     source = _BoolModule()
     source.b.copy_(torch.from_numpy(saved))

@@ -6,7 +6,7 @@ tests/bench/test_peak_memory.py. The inputs are the cheapest bytes per node
 the format allows (one byte per ``nil`` or empty list) and a manifest of
 absent files: the worst cases for amplification. These are memory bounds,
 not timings. The figures of the reference implementation are in
-docs/guarantees.md ("Bad input").
+docs/guarantees-in-detail.md ("Bad input").
 """
 
 from __future__ import annotations

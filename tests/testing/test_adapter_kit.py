@@ -39,6 +39,9 @@ class TestNumpyTree(AdapterTests):
     def assert_restored(self, original: Any, restored: Any) -> None:
         assert_tree_equal(original, restored)
 
+    def make_value_with(self, leaf: Any) -> Any:
+        return {"step": 1, "leaf": leaf}
+
 
 
 class TestNumpyArray(AdapterTests):
@@ -154,6 +157,9 @@ class TestStateDictObject(AdapterTests):
 
     def assert_restored(self, original: Any, restored: Any) -> None:
         assert_tree_equal(original.counts, restored.counts)
+
+    def make_value_with(self, leaf: Any) -> Any:
+        return StatefulCounter({"leaf": leaf, "total": np.array(3)})
 
 
 # -- torch ---------------------------------------------------------------------------------------------
@@ -283,3 +289,24 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     return value
+
+
+# -- the tensor-kinds matrix can fail ----------------------------------------------------------------------
+class _SubstitutingAdapter(TreeAdapter):
+    """Stores a substitute (one zero) whatever the array is: a writer that never refuses and loses values."""
+
+    def save(self, value: Any, writer: Any) -> None:
+        writer.write_tree({"leaf": np.zeros(1, np.float32)})
+
+
+class _Substituting(AdapterTests):
+    adapter = _SubstitutingAdapter()
+
+    def make_value_with(self, leaf: Any) -> Any:
+        return {"leaf": leaf}
+
+
+def test_the_tensor_kinds_matrix_fails_an_adapter_that_stores_other_values(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="numpy-float64: ") as caught:
+        _Substituting().test_tensor_kinds_are_stored_exactly_or_refused(tmp_path)
+    assert "numpy-object: " in str(caught.value)  # stored a substitute instead of refusing

@@ -131,6 +131,9 @@ class ComponentReader:
     #: the kind version the adapter reads: a third-party kind stored at an older version is brought to
     #: it by the migrations registered with :func:`opencheckpoint.register_migration` (:meth:`files`)
     kind_version: int | None = None
+    #: what a ``strict="warn"``/``"ignore"`` restore left out (missing, unexpected, mismatched entries), one
+    #: line per kind of problem; the load reports it in ``LoadResult.partial``
+    not_restored: list[str] = field(default_factory=list)
 
     @property
     def record(self) -> Any:

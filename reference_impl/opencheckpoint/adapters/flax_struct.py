@@ -44,6 +44,7 @@ from ..format.dtypes import dtype_name, numpy_dtype
 from ..format.errors import CheckpointError
 from ..testing.compare import assert_tree_equal
 from ..tree.nodes import NamedTupleValue
+from ..tree.treepath import segment
 
 #: Type name of the node that describes a static value the tree cannot hold (informational, never imported).
 DESCRIBED: Final = "opencheckpoint.described"
@@ -149,10 +150,10 @@ def split_static(target: Any, stored: Any, key_str: Callable[[Any], str], wrong:
     way the matcher does, so the paths agree with its messages.
     """
     statics: dict[str, Any] = {}
-    _collect(target, "", key_str, statics)
+    _collect(target, "$", key_str, statics)
     if not statics:
         return stored
-    stripped = _strip(stored, "", statics, wrong, missing)
+    stripped = _strip(stored, "$", statics, wrong, missing)
     for path, live in statics.items():  # a dataclass the stored tree has no node for: its statics are missing too
         if live is not None:
             missing += [f"{path}.{name}" for name in sorted(static_names(live))]
@@ -185,7 +186,8 @@ def _strip(stored: Any, path: str, statics: dict[str, Any], wrong: list[str], mi
         return NamedTupleValue(stored.type_name, {name: _strip(item, f"{path}.{name}", statics, wrong, missing)
                                                   for name, item in stored._asdict().items()})
     if isinstance(stored, dict):
-        return {key: _strip(item, f"{path}[{key!r}]", statics, wrong, missing) for key, item in stored.items()}
+        return {key: _strip(item, path + (segment(key) if isinstance(key, (str, int)) else f"[{key!r}]"), statics,
+                            wrong, missing) for key, item in stored.items()}
     if isinstance(stored, (list, tuple)):
         return type(stored)(_strip(item, f"{path}[{index}]", statics, wrong, missing)
                             for index, item in enumerate(stored))

@@ -119,7 +119,7 @@ class PytreeAdapter(Adapter):
         matcher, stored = _matcher(reader, value)
         stored = flax_struct.split_static(value, stored, _key_str, matcher.wrong, matcher.missing)
         restored = matcher.match(value, stored)
-        _settle(matcher, strict, reader.name)
+        _settle(matcher, strict, reader.name, reader.not_restored)
 
         def apply() -> Any:
             matcher.apply()
@@ -148,7 +148,7 @@ class NnxAdapter(Adapter):
         matcher, stored = _matcher(reader, value)
         matcher.match(value, stored)
         try:
-            _settle(matcher, strict, reader.name)
+            _settle(matcher, strict, reader.name, reader.not_restored)
         except IncompatibleComponent as exc:
             raise IncompatibleComponent(exc.message + _torch_hint(reader)) from None
         return PreparedRestore(matcher.apply)
@@ -178,7 +178,7 @@ class NnxStateAdapter(Adapter):
         nnx = _nnx()
         matcher, stored = _matcher(reader, value)
         pure = matcher.match(nnx.to_pure_dict(value), stored)
-        _settle(matcher, strict, reader.name)
+        _settle(matcher, strict, reader.name, reader.not_restored)
         return PreparedRestore(partial(nnx.replace_by_pure_dict, value, pure))
 
 

@@ -25,16 +25,23 @@ from ..format.errors import CheckpointError, IncompatibleComponent
 from ..read.casting import Caster, CastRefused
 from ..read.restore_hints import suggest
 from ..tree.nodes import NamedTupleValue, PRNGKeyValue
+from ..tree.treepath import segment
 from . import jax_sharding
 from .base import ComponentReader
 from .jax_values import FRAMEWORK, _check_x64, _nnx, is_key, key_impl_name, placement
 
 
 # -- matching a stored tree against a live target --------------------------------------------
+def _key(key: Any) -> str:
+    """One key of a path in the notation of every tree path the package shows (``$.a['b c'][0]``,
+    :func:`opencheckpoint.tree.treepath.segment`), whatever the key's type."""
+    return segment(key) if isinstance(key, (str, int)) else f"[{key!r}]"
+
+
 def _key_str(entry: Any) -> str:
     tu = jax.tree_util
     if isinstance(entry, tu.DictKey):
-        return f"[{entry.key!r}]"
+        return _key(entry.key)
     if isinstance(entry, tu.SequenceKey):
         return f"[{entry.idx}]"
     if isinstance(entry, tu.GetAttrKey):
@@ -52,7 +59,7 @@ def _stored_index(stored: Any, path: str, leaves: dict[str, Any], nodes: dict[st
             _stored_index(item, f"{path}.{name}", leaves, nodes)
     elif isinstance(stored, dict):
         for key, item in stored.items():
-            _stored_index(item, f"{path}[{key!r}]", leaves, nodes)
+            _stored_index(item, path + _key(key), leaves, nodes)
     elif isinstance(stored, (list, tuple)):
         for index, item in enumerate(stored):
             _stored_index(item, f"{path}[{index}]", leaves, nodes)
@@ -111,7 +118,7 @@ class TreeMatcher:
         out += self.wrong
         return out
 
-    def match(self, target: Any, stored: Any, prefix: str = "") -> Any:
+    def match(self, target: Any, stored: Any, prefix: str = "$") -> Any:
         leaves: dict[str, Any] = {}
         nodes: dict[str, Any] = {}
         _stored_index(stored, prefix, leaves, nodes)
@@ -255,8 +262,9 @@ class TreeMatcher:
         self._updates.clear()
 
 
-def _settle(matcher: TreeMatcher, strict: str, what: str) -> None:
-    """Raise or warn about problems according to ``strict`` (before anything is touched)."""
+def _settle(matcher: TreeMatcher, strict: str, what: str, not_restored: list[str] | None = None) -> None:
+    """Raise or warn about problems according to ``strict`` (before anything is touched); under ``"warn"`` and
+    ``"ignore"`` the problems go to ``not_restored`` (:attr:`ComponentReader.not_restored`)."""
     problems = matcher.problems
     hint = suggest([_dotted(p) for p in matcher.missing], [_dotted(p) for p in matcher.unexpected],
                    matcher.dtype_only)
@@ -268,6 +276,8 @@ def _settle(matcher: TreeMatcher, strict: str, what: str) -> None:
     message = f"{what}: " + "; ".join(problems) + hint
     if strict == "error":
         raise IncompatibleComponent(message)
+    if not_restored is not None:
+        not_restored.extend(problems)
     if strict == "warn":
         warnings.warn(f"loaded the matching part only; {message}", stacklevel=4)
 

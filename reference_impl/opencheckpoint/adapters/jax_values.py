@@ -22,6 +22,7 @@ from ..rules import raise_if
 from ..rules.tree import TREE
 from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue, PRNGKeyValue
+from ..tree.sink import saving_ranks
 from . import jax_sharding
 
 #: PRNG implementations a key may be stored with (the spec's built-in names).
@@ -49,7 +50,17 @@ def key_impl_name(dtype: Any) -> str:
     return str(name)
 
 
+#: The collective form of a save in a ``jax.distributed`` job, named by the refusals of arrays no process holds.
+JAX_COLLECTIVE_FIX = ("call Checkpoint(...).save(path) in every process of the jax.distributed job, with the same "
+                      "path (the collective form; docs: Scaling out, \"Several processes: jax.distributed\")")
+
+
+#: The type of every concrete ``jax.Array`` (``ArrayImpl``): other ``jax.Array`` instances are tracers or refused.
+_ARRAY_TYPE = type(jnp.zeros(()))
+
+
 def _host_array(value: jax.Array) -> np.ndarray:
+    """The values of an array this process can read whole (the allowlist of JAX arrays), else refused."""
     if isinstance(value, jax.core.Tracer):
         raise UnsupportedValue("cannot save a traced value; save outside jit/grad/vmap")
     if not value.is_fully_addressable:
@@ -81,9 +92,21 @@ def _key_data(keys: jax.Array) -> np.ndarray:
 def to_tree_value(value: Any) -> Any:
     """Tree-vocabulary replacement for a JAX/Flax/optax object, or ``NOT_HANDLED``."""
     if isinstance(value, jax.Array):
+        if not isinstance(value, jax.core.Tracer) and value.is_deleted():  # donated or deleted: no buffers left
+            raise UnsupportedValue("cannot save a deleted jax.Array (donated to a jitted function with "
+                                   "donate_argnums, or .delete()d): it has no values; save the array the "
+                                   "function returned")
+        if not isinstance(value, jax.core.Tracer) and type(value) is not _ARRAY_TYPE and not is_key(value):
+            raise UnsupportedValue(f"cannot store a {type(value).__module__}.{type(value).__qualname__}: not a "
+                                   "concrete jax.Array whose values JAX can hand over; convert it with "
+                                   "jnp.asarray(value) first")
         if is_key(value):
             return PRNGKeyValue(key_impl_name(value.dtype), _key_data(value))
         if not isinstance(value, jax.core.Tracer) and jax_sharding.is_sharded(value):
+            if not value.is_fully_addressable and saving_ranks() < 2:
+                raise UnsupportedValue(f"cannot store a jax.Array of shape {list(value.shape)} sharded over "
+                                       "several processes in a save by one process: no process holds all of "
+                                       f"it; {JAX_COLLECTIVE_FIX}")
             return jax_sharding.sharded_value(value)  # shard by shard; format version 2 (tag 10)
         return _host_array(value)
     if isinstance(value, jax.ShapeDtypeStruct):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -67,11 +68,11 @@ from .torch_tensors import (
 def to_tree_value(value: Any) -> Any:
     """Replacement tree value for a torch object, or ``NOT_HANDLED``."""
     if isinstance(value, torch.Tensor):
-        if type(value).__name__ == "DTensor":  # a sharded tensor: this rank's shards (torch.distributed)
+        if _is_dtensor(value):  # a sharded tensor: this rank's shards (torch.distributed), in a collective save
             from .torch_dtensor import to_sharded
 
             return to_sharded(value)
-        return tensor_to_numpy(value)
+        return tensor_to_numpy(value)  # every other tensor: its bytes only if the allowlist proves them its values
     if isinstance(value, torch.dtype):
         return DtypeValue(dtype_name_of(value))
     if isinstance(value, torch.Size):
@@ -82,6 +83,13 @@ def to_tree_value(value: Any) -> Any:
         return tensor_to_numpy(value.get_state())
     return NOT_HANDLED
 
+
+
+def _is_dtensor(value: torch.Tensor) -> bool:
+    """Exactly a ``DTensor`` (a subclass of it is refused by the allowlist); torch.distributed is not imported
+    here: a DTensor exists only once ``torch.distributed.tensor`` is."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and type(value) is module.DTensor
 
 
 # -- live objects ----------------------------------------------------------------------------
@@ -269,6 +277,8 @@ class ModuleAdapter(Adapter):
         if problems and strict == "error":
             raise IncompatibleComponent(f"{type(value).__name__} does not fit the stored state dict; "
                                         + "; ".join(problems) + suggest(missing, unexpected, dtype_only))
+        if problems:
+            reader.not_restored.extend(problems)  # strict="warn"/"ignore": LoadResult.partial says what was left
         bad = {name.split(" ", 1)[0] for name in mismatched}
         matching = OrderedDict((k, v) for k, v in stored.items() if k in own and k not in bad)
         _check_writable(value, own, matching)

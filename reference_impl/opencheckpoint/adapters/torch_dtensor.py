@@ -41,7 +41,9 @@ from ..read.sharded import ComponentFiles, ShardedReads
 from ..tree.nodes import ShardedArrayRef
 from ..tree.refusals import refuse
 from ..tree.shard_plan import LocalShard, ShardedValue
+from ..tree.sink import saving_ranks
 from . import torch_strided as strided
+from .torch_dense import COLLECTIVE_FIX
 from .torch_tensors import _VIEWS, FRAMEWORK, dtype_name_of, numpy_to_tensor, tensor_to_numpy
 
 if TYPE_CHECKING:
@@ -96,6 +98,11 @@ def _writes_replica(tensor: DTensor) -> bool:
 def to_sharded(tensor: torch.Tensor) -> ShardedValue:
     """The sharded value of the DTensor ``tensor`` with this rank's block, if this rank writes it."""
     assert isinstance(tensor, DTensor)
+    ranks = tensor.device_mesh.size()
+    if ranks > saving_ranks():
+        raise refuse(f"cannot store a DTensor of shape {list(tensor.shape)} held by the {ranks} ranks of its mesh "
+                     f"in a save by {saving_ranks()} process(es): no process holds all of it; {COLLECTIVE_FIX}; "
+                     "or store tensor.full_tensor() (called on every rank) from one process")
     if any(placement.is_partial() for placement in tensor.placements):
         raise refuse(f"cannot store a DTensor with placements {tensor.placements}: a Partial() placement "
                                "holds unreduced values; redistribute it to Replicate() or Shard() first")

@@ -26,7 +26,7 @@ from ..rules import required
 from ..rules.tree import TREE
 from ..tree.decode import empty_array
 from ..tree.nodes import PRNGKeyValue
-from ..tree.refusals import refuse
+from .torch_dense import dense_host_tensor
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -64,63 +64,14 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     >>> a.dtype.name, a.ctypes.data == t.data_ptr()
     ('bfloat16', True)
     """
-    if tensor.layout != torch.strided:
-        raise refuse(f"cannot store a {tensor.layout} tensor; convert it to a dense tensor first")
-    if tensor.is_quantized or tensor.is_nested:
-        raise refuse("cannot store a quantized or nested tensor; dequantize/unbind it first")
-    _check_has_host_data(tensor)
+    tensor = dense_host_tensor(tensor)  # the allowlist: raises unless its bytes are proven to be its values
     name = dtype_name_of(tensor.dtype)
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()  # a device tensor has no host memory to share: one copy is unavoidable
-    # Lazy conjugate / negative views are flags, not bits: materialize them.
-    if tensor.is_conj():
-        tensor = tensor.resolve_conj()
-    if tensor.is_neg():
-        tensor = tensor.resolve_neg()
     if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
         return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
     carrier = _BIT_CARRIERS.get(name)
     if carrier is None:
         return tensor.numpy()
     return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
-
-
-#: Tensor types whose bytes are the tensor's own storage: everything else is refused at save.
-_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
-def _check_has_host_data(tensor: torch.Tensor) -> None:
-    """Refuse tensors whose values are not in their own storage (R-WTR-3): never store what is not the data.
-
-    A wrapper subclass (``DTensor``, ``FakeTensor``, ``FunctionalTensor``)
-    or any other subclass may hold its values elsewhere (a DTensor's local
-    shard; nowhere at all), and ``Tensor.numpy()`` on it would read
-    uninitialized memory. Meta tensors and storage-less tensors have no data.
-    """
-    kind = type(tensor)
-    name = f"{kind.__module__}.{kind.__qualname__}"
-    if kind not in _PLAIN_TENSOR_TYPES:
-        if kind.__name__ == "DTensor":
-            fix = ("gather it with .full_tensor() (or store each rank's .to_local() shard under its own "
-                   "component name) until sharded saves exist")
-        elif kind.__name__ in ("FakeTensor", "FunctionalTensor"):
-            fix = "it has no real data: save the real model outside the tracing/compilation context"
-        else:
-            fix = "if its data is its own storage, store tensor.as_subclass(torch.Tensor); otherwise convert it"
-        raise refuse(f"cannot store a {name}: a tensor subclass whose values are not known to be in "
-                               f"its own storage; {fix}")
-    if tensor._is_zerotensor():  # an autograd placeholder for zeros: it has no storage to read
-        raise refuse("cannot store a ZeroTensor (torch._efficientzerotensor): it has no storage; store "
-                               "torch.zeros(tensor.shape, dtype=tensor.dtype) instead")
-    if tensor.device.type == "meta":
-        raise refuse("cannot store a meta tensor: it has a shape but no data (materialize it first, "
-                               "e.g. module.to_empty(device='cpu') and initialize or load it)")
-    try:
-        tensor.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError) as exc:
-        raise refuse(f"cannot store a {name} without storage ({exc})") from None
-
 
 
 # -- reading -------------------------------------------------------------------------------

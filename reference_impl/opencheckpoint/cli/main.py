@@ -10,19 +10,23 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from ..format.errors import CheckpointError
-from .output import output_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Start-up cost: this module and the parser import nothing heavy (no NumPy, pydantic, rich or framework);
+# each command imports what it uses when it runs (tests/cli/test_startup.py counts the modules).
 
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+#: Interrupted by Ctrl-C (SIGINT): 128 + the signal number, as shells report it.
+EXIT_INTERRUPTED = 130
 
-_EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error"
+_EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error, 130 interrupted (Ctrl-C)"
 #: What a PATH argument may be besides a local path (docs/object-stores.md).
 _PATH_HELP = ("checkpoint directory or archive, or a URL: s3://bucket/run/ckpt, gs://..., memory://... (needs "
               "opencheckpoint[remote]; credentials and endpoint from the fsspec backend's configuration, e.g. "
@@ -38,8 +42,20 @@ def _human(size: int) -> str:
     return f"{size} B"
 
 
+def _arrays(count: int, shared: int, *, short: bool = False) -> str:
+    """An array count as ``inspect`` and ``validate`` both print it: every node, tied ones said.
+
+    >>> _arrays(3, 0), _arrays(3, 1), _arrays(3, 1, short=True)
+    ('3 arrays', '3 arrays (1 sharing storage with another)', '3 (1 shared)')
+    """
+    if short:
+        return str(count) + (f" ({shared} shared)" if shared else "")
+    return f"{count} arrays" + (f" ({shared} sharing storage with another)" if shared else "")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..read.validate import validate
+    from .output import output_console
 
     report = validate(args.path, progress=not args.json)  # a bar on a terminal only (opencheckpoint.progress)
     if args.json:
@@ -48,12 +64,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         out = output_console()
         if report.ok:
             out.print(f"[green]valid[/green]: {args.path} ({report.checked_files} files, "
-                      f"{report.checked_arrays} arrays, {_human(report.checked_bytes)} verified)")
+                      f"{_arrays(report.checked_arrays, report.shared_arrays)}, "
+                      f"{_human(report.checked_bytes)} verified)")
         else:
             out.print(f"[red]invalid[/red]: {clip(str(args.path))}: {len(report.errors)} error(s)")
             _print_issues(out, report.errors)
     return EXIT_OK if report.ok else EXIT_INVALID
 
+
+#: Arrays per component ``inspect`` lists on a terminal by default; piped output lists every one.
+TERMINAL_ARRAYS = 50
 
 #: Characters of one value shown by the human-readable output; ``--json`` shows everything.
 DISPLAY_CHARS = 200
@@ -74,7 +94,10 @@ def clip(text: str, limit: int = DISPLAY_CHARS) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from ..tools.inspect import describe
+    from .output import output_console
 
     summary = describe(args.path)
     status = EXIT_OK if summary["ok"] else EXIT_INVALID
@@ -99,18 +122,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for name, entry in summary["components"].items():
         arrays = entry.get("arrays")
         table.add_row(clip(name), clip(f"{entry['kind']} v{entry['kind_version']}"), _human(entry["bytes"]),
-                      "-" if arrays is None else str(len(arrays)),
+                      "-" if arrays is None else _arrays(len(arrays), entry.get("shared_arrays", 0), short=True),
                       clip(str(entry.get("hints", {}).get("class", ""))))
     out.print(table)
+    # Piped or redirected, every array is listed (a script's `| grep` must see them all); a terminal
+    # shows the first TERMINAL_ARRAYS per component unless --max-arrays says otherwise.
+    limit = args.max_arrays if args.max_arrays is not None else (
+        TERMINAL_ARRAYS if out.is_terminal else None)
     for name, entry in summary["components"].items():
         arrays = entry.get("arrays") or []
         if not arrays:
             continue
         detail = Table("array", "dtype", "shape", "bytes", title=clip(name), title_justify="left")
-        for row in arrays[: args.max_arrays]:
-            detail.add_row(clip(row["path"]), row["dtype"], clip(str(row["shape"])), _human(row["nbytes"]))
-        if len(arrays) > args.max_arrays:
-            detail.add_row(f"... {len(arrays) - args.max_arrays} more", "", "", "")
+        for row in arrays[:limit]:
+            size = _human(row["nbytes"]) + (f" (storage of {clip(row['shares'])})" if "shares" in row else "")
+            detail.add_row(clip(row["path"]), row["dtype"], clip(str(row["shape"])), size)
+        if limit is not None and len(arrays) > limit:
+            detail.add_row(f"... {len(arrays) - limit} more (--max-arrays N, or pipe the output)", "", "", "")
         out.print(detail)
     if not summary["ok"]:
         errors = summary["errors"]
@@ -169,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "fails.", epilog=_EPILOG)
     inspect.add_argument("path", help=_PATH_HELP)
     inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
-    inspect.add_argument("--max-arrays", type=int, default=50, help="arrays listed per component (default 50)")
+    inspect.add_argument("--max-arrays", type=int, default=None, metavar="N",
+                         help=f"arrays listed per component (default: {TERMINAL_ARRAYS} on a terminal, every "
+                         "one when piped or redirected)")
     inspect.set_defaults(run=cmd_inspect)
 
     schema = commands.add_parser("schema", help="JSON Schemas of the format's documents", epilog=_EPILOG)
@@ -207,15 +237,19 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.run(args))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        # One line, not the traceback of wherever the interrupt landed; a save in progress is left to its
+        # own cleanup (staging directories are debris the next save removes).
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from .output import output_console
+
+def output_console() -> Any:
+    """:func:`opencheckpoint.cli.output.output_console`, imported when a command prints (rich is not
+    imported by ``--help`` or the parser)."""
+    from .output import output_console as console
+
+    return console()
+
 
 _EPILOG = "exit codes: 0 success, 1 invalid or unreadable input, 2 usage error"
 _DIFF_EPILOG = ("exit codes: 0 the checkpoints are equal, 1 they differ, 2 usage error or a checkpoint cannot be "
@@ -80,6 +87,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from ..tools.listing import list_run
 
     listing = list_run(args.run_dir, prefix=args.prefix, metric=args.metric, mode=args.mode, verify=args.verify)
+    problem = _listing_problem(listing, args.prefix)
+    if problem is not None:  # an empty table with exit 0 would read as "nothing saved yet"
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     if args.resolve:
         # One path and nothing else, for $(opencheckpoint ls RUN_DIR --resolve latest).
         chosen = listing.latest if args.resolve == "latest" else listing.best
@@ -108,19 +119,40 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listing_problem(listing: Any, prefix: str) -> str | None:
+    """Why a listing answers nothing the user asked for: no ``{prefix}-{step}`` entry, or a ``--metric`` that
+    no valid checkpoint records (with the keys they do record); None when it is a real answer."""
+    from ..tools.listing import OTHER_NAMES_SHOWN
+    if not listing.entries:
+        held = ", ".join(listing.other_names) + (" and more" if len(listing.other_names) >= OTHER_NAMES_SHOWN else "")
+        return (f"{listing.directory}: no {prefix}-<step> checkpoint here"
+                + (f"; it holds {held}. Checkpoints named otherwise: --prefix NAME lists NAME-<step> and NAME_<step>; "
+                   "`opencheckpoint inspect PATH` describes one checkpoint; `opencheckpoint convert` reads "
+                   "other tools' step directories" if held else " (the directory is empty)"))
+    if listing.metric is not None and not any(e.metric is not None for e in listing.entries if e.valid):
+        # the library's own records (opencheckpoint.rotation) are no metric a user chose
+        keys = ", ".join(sorted(k for k in listing.metadata_keys if not k.startswith("opencheckpoint."))) or "none"
+        return (f"{listing.directory}: no valid checkpoint records a number under metadata key "
+                f"{listing.metric!r} (their metadata keys: {keys})")
+    return None
+
+
 def add_commands(commands: Any) -> None:
     """Add ``convert``, ``export``, ``diff`` and ``ls`` to the ``opencheckpoint`` command line."""
     convert = commands.add_parser(
-        "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint", epilog=_EPILOG,
+        "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint; repack an "
+        "OpenCheckpoint one", epilog=_EPILOG,
         description="Convert SRC (a torch.save file, a safetensors file, a torchrl Checkpoint directory or "
         "archive, or an orbax checkpoint directory) into an OpenCheckpoint checkpoint at DST. torch files are "
-        "read with weights_only=True: no code in them runs.")
+        "read with weights_only=True: no code in them runs. An OpenCheckpoint SRC is validated and repacked in "
+        "the other form (directory <-> .zip archive), files and manifest unchanged.")
     convert.add_argument("src", metavar="SRC")
     convert.add_argument("dst", metavar="DST")
-    convert.add_argument("--from", dest="source", choices=["torch", "safetensors", "torchrl", "orbax"],
+    convert.add_argument("--from", dest="source",
+                         choices=["torch", "safetensors", "torchrl", "orbax", "opencheckpoint"],
                          help="the source format (default: detected from the files)")
-    convert.add_argument("--format", choices=["directory", "archive"], default="directory",
-                         help="output form (default: directory)")
+    convert.add_argument("--format", choices=["directory", "archive"], default=None,
+                         help="output form (default: directory; an OpenCheckpoint SRC: the form it does not have)")
     convert.add_argument("--component", metavar="NAME",
                          help="component name for torch/safetensors files (model) and orbax items (state)")
     convert.add_argument("--split", action="store_true",

@@ -13,18 +13,20 @@ source for names and sizes. Every stored array is little-endian, C order.
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from typing import Final
 
-import ml_dtypes
 import numpy as np
 
 from ..rules import required
 from ..rules.tree import TREE
 from .errors import CheckpointError
 
-#: name -> (bytes per element, NumPy / ml_dtypes type). Order is the spec table's order.
-DTYPES: Final[dict[str, tuple[int, type]]] = {
+#: name -> (bytes per element, NumPy type, or the name of the ml_dtypes type). Order is the spec table's order.
+#: ml_dtypes is imported when one of its types is first needed (its import costs more CPU than NumPy's;
+#: ``inspect``, ``validate`` and ``ls`` never need it).
+DTYPES: Final[dict[str, tuple[int, type | str]]] = {
     "bool": (1, np.bool_),
     "int8": (1, np.int8),
     "int16": (2, np.int16),
@@ -35,16 +37,16 @@ DTYPES: Final[dict[str, tuple[int, type]]] = {
     "uint32": (4, np.uint32),
     "uint64": (8, np.uint64),
     "float16": (2, np.float16),
-    "bfloat16": (2, ml_dtypes.bfloat16),
+    "bfloat16": (2, "bfloat16"),
     "float32": (4, np.float32),
     "float64": (8, np.float64),
     "complex64": (8, np.complex64),
     "complex128": (16, np.complex128),
-    "float8_e4m3fn": (1, ml_dtypes.float8_e4m3fn),
-    "float8_e5m2": (1, ml_dtypes.float8_e5m2),
-    "float8_e4m3fnuz": (1, ml_dtypes.float8_e4m3fnuz),
-    "float8_e5m2fnuz": (1, ml_dtypes.float8_e5m2fnuz),
-    "float8_e8m0fnu": (1, ml_dtypes.float8_e8m0fnu),
+    "float8_e4m3fn": (1, "float8_e4m3fn"),
+    "float8_e5m2": (1, "float8_e5m2"),
+    "float8_e4m3fnuz": (1, "float8_e4m3fnuz"),
+    "float8_e5m2fnuz": (1, "float8_e5m2fnuz"),
+    "float8_e8m0fnu": (1, "float8_e8m0fnu"),
 }
 
 
@@ -64,17 +66,29 @@ def itemsize(name: str) -> int:
 def numpy_dtype(name: str) -> np.dtype:
     """The little-endian NumPy dtype for a dtype name."""
     try:
-        return np.dtype(DTYPES[name][1]).newbyteorder("<")
+        kind = DTYPES[name][1]
     except (KeyError, TypeError):
         raise _unknown(name) from None
+    if isinstance(kind, str):
+        import ml_dtypes
+
+        kind = getattr(ml_dtypes, kind)
+    return np.dtype(kind).newbyteorder("<")
 
 
-_BY_NUMPY: Final = {np.dtype(t).newbyteorder("="): name for name, (_, t) in DTYPES.items()}
+_BY_NUMPY: Final = {np.dtype(t).newbyteorder("="): name for name, (_, t) in DTYPES.items() if not isinstance(t, str)}
+
+
+@cache
+def _by_ml_dtypes() -> dict[np.dtype, str]:
+    return {numpy_dtype(name).newbyteorder("="): name for name, (_, t) in DTYPES.items() if isinstance(t, str)}
 
 
 def dtype_name(dtype: np.dtype) -> str:
     """The spec name of a NumPy dtype (either byte order); :class:`UnknownDtype` otherwise."""
     name = _BY_NUMPY.get(dtype.newbyteorder("="))
+    if name is None and "ml_dtypes" in sys.modules:  # a dtype of ml_dtypes exists only once it is imported
+        name = _by_ml_dtypes().get(dtype.newbyteorder("="))
     if name is None:
         raise required(TREE.check("R-DT-1", None, None, dtype, framework="NumPy"))
     return name

@@ -130,7 +130,10 @@ def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
                              file=MANIFEST_NAME, field="$", rule="R-MAN-8")
     if raw.get("format") != FORMAT_NAME:
         shown = repr(raw["format"])[:60] if "format" in raw else "missing"
-        raise NotACheckpoint(f"member 'format' is {shown}, expected {FORMAT_NAME!r}",
+        # torchrl's Checkpoint has a manifest.json of its own: name it and the way to convert it
+        foreign = (" (a torchrl Checkpoint: `opencheckpoint convert SRC DST` converts it)"
+                   if raw.get("format") == "torchrl.checkpoint" else "")
+        raise NotACheckpoint(f"member 'format' is {shown}, expected {FORMAT_NAME!r}{foreign}",
                              file=MANIFEST_NAME, field="$.format", rule="R-MAN-9")
     if "format_version" not in raw:
         raise ManifestError("required member 'format_version' is missing", file=MANIFEST_NAME,

@@ -52,8 +52,9 @@ def is_checkpoint(path: PathArg) -> bool:
 def manifest(path: PathArg) -> dict[str, Any]:
     """The checkpoint's manifest as plain JSON values, parsed and validated, without reading any payload.
 
-    The manifest of an older format version comes back migrated to the
-    current one (spec R-VER-5). Raises the :class:`CheckpointError` subclass
+    ``format_version`` is the file's own (what ``inspect`` shows); the other
+    members of an older format version come back migrated to the current
+    one's shape (spec R-VER-5). Raises the :class:`CheckpointError` subclass
     of the first rule the checkpoint breaks (:class:`NotACheckpoint` when
     there is no checkpoint at ``path``), naming the file and the field.
 
@@ -64,6 +65,8 @@ def manifest(path: PathArg) -> dict[str, Any]:
         >>> record = manifest(path)["components"]["config"]
         >>> record["kind"], record["path"], sorted(record["files"])
         ('json', 'components/config', ['value.json'])
+        >>> manifest(path)["format_version"]
+        1
     """
     with CheckpointSteps(path) as opened:
         return opened.manifest

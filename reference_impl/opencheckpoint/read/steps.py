@@ -84,8 +84,13 @@ class CheckpointSteps:
     # -- metadata -------------------------------------------------------------
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest as plain JSON values."""
-        return self.parsed.raw
+        """The manifest as plain JSON values, ``format_version`` as written in the file.
+
+        The other members are read through the migration chain (R-VER-5), so they have the shape of this
+        reader's newest format version; ``format_version`` stays the file's own, as ``inspect`` and the
+        file itself say (a format version 1 checkpoint reads ``1``, never the reader's version).
+        """
+        return {**self.parsed.raw, "format_version": self.parsed.written_version}
 
     @property
     def components(self) -> dict[str, ComponentRecord]:

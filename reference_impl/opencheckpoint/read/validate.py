@@ -27,7 +27,7 @@ Examples:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,10 @@ class ValidationReport:
     path: str
     errors: list[ValidationIssue] = field(default_factory=list)
     checked_files: int = 0
+    #: array nodes whose bytes were verified; a tied array (two nodes sharing one extent, R-ARR-10) counts
+    #: once per node, as ``inspect`` lists it, and in :attr:`shared_arrays` for each node after the first
     checked_arrays: int = 0
+    shared_arrays: int = 0
     checked_bytes: int = 0
     manifest: dict[str, Any] | None = None
 
@@ -96,6 +99,7 @@ class ValidationReport:
             "errors": [issue.__dict__ for issue in self.errors],
             "checked_files": self.checked_files,
             "checked_arrays": self.checked_arrays,
+            "shared_arrays": self.shared_arrays,
             "checked_bytes": self.checked_bytes,
         }
 
@@ -194,6 +198,8 @@ def _check_components(reader: CheckpointSteps, report: ValidationReport,
         else:
             hashed[data_file] = _check_arrays(reader, decoded.arrays, data_file, size, record.files["data.bin"],
                                               report)
+        report.checked_arrays += len(decoded.arrays) + len(decoded.sharded)
+        report.shared_arrays += len(shared_extents(decoded.arrays))
     _check_files(reader, report, crc_checked | set(skipped), skipped, hashed)
 
 
@@ -245,6 +251,22 @@ def check_structure(
     return layouts, crc_checked
 
 
+def shared_extents(arrays: Sequence[ArrayRef]) -> dict[int, str]:
+    """Index of every array node that shares the extent of an earlier node (a tied array: same offset and
+    length, R-ARR-10) -> that earlier node's path. ``inspect`` and ``validate`` count them alike."""
+    first: dict[tuple[int, int], str] = {}
+    shared: dict[int, str] = {}
+    for index, ref in enumerate(arrays):
+        if not ref.nbytes:
+            continue
+        key = (ref.offset, ref.nbytes)
+        if key in first:
+            shared[index] = first[key]
+        else:
+            first[key] = str(ref.path)
+    return shared
+
+
 def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: str, size: int, entry: FileEntry,
                   report: ValidationReport) -> FileHashes | None:
     """Step 16 for one data file, read once: for every array (or shard) in it R-ARR-14 then R-ARR-13, then
@@ -262,7 +284,6 @@ def _check_arrays(reader: CheckpointSteps, arrays: list[ArrayRef], data_file: st
     for error in scan.array_errors(arrays, data_file):
         if error is not None:
             report.add(error)
-        report.checked_arrays += 1
     padding = scan.padding_error(data_file)
     if padding is not None:
         report.add(padding)

@@ -53,8 +53,10 @@ class LocalSink:
 class RankSink:
     """One rank's part of the trees of a collective save into ``staging``."""
 
-    def __init__(self, rank: int, staging: Path, *, durable: bool) -> None:
+    def __init__(self, rank: int, staging: Path, *, durable: bool, world_size: int = 1) -> None:
         self.rank = rank
+        #: The number of ranks of the collective save (:func:`~opencheckpoint.tree.sink.saving_ranks`).
+        self.world_size = world_size
         self.staging = staging
         self.durable = durable
         #: Where this rank's adapters write: the staging directory itself on the coordinator, a private

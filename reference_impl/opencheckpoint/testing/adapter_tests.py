@@ -17,6 +17,11 @@ A subclass provides:
 * ``make_empty()`` — a live object to restore into (freshly constructed);
 * ``assert_restored(original, restored)`` — raise ``AssertionError`` unless
   ``restored`` holds ``original``'s state;
+* optionally ``make_value_with(leaf)`` — a live object holding ``leaf`` (a torch
+  tensor, JAX array or NumPy array of the tensor-kinds matrix,
+  :mod:`opencheckpoint.testing.tensor_kinds`) that reads back with it at
+  :attr:`leaf_key` (``read_component(...)[leaf_key]``): every kind must then be stored
+  exactly or refused at save with nothing written; ``None`` (the default) skips it;
 * optionally ``adapter`` (an :class:`~opencheckpoint.adapters.base.Adapter`
   instance; ``None`` means automatic resolution), ``make_mismatched()`` (a
   live object the saved state does not fit; ``None`` skips the strictness
@@ -38,8 +43,11 @@ test_corrupt_other_component_leaves_target_untouched
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import functools
 import importlib
 import importlib.abc
+import importlib.util
 import json
 import struct
 import sys
@@ -59,6 +67,7 @@ from ..format.manifest import KIND_FILES, MANIFEST_NAME, serialize_manifest
 from ..read.reader import CheckpointReader, open_checkpoint, read_component
 from ..read.validate import validate
 from .compare import assert_tree_equal
+from .tensor_kinds import KINDS, check_kind
 
 __all__ = ["AdapterTests", "ImportRecorder", "component_files", "flip_byte"]
 
@@ -96,6 +105,13 @@ class AdapterTests:
 
     def make_mismatched(self) -> Any:
         """A live object the saved state does not fit (other shapes or names), or ``None`` to skip."""
+        return None
+
+    #: Where :meth:`make_value_with`'s leaf is in the stored component (dotted keys of ``read_component``).
+    leaf_key: ClassVar[str] = "leaf"
+
+    def make_value_with(self, leaf: Any) -> Any:
+        """A live object holding ``leaf`` at :attr:`leaf_key`, or ``None`` to skip the tensor-kinds matrix."""
         return None
 
     # -- helpers a subclass may use or override ------------------------------------------------
@@ -293,11 +309,47 @@ class AdapterTests:
         assert not named, f"loading imported names from the checkpoint's hints: {named}"
         assert not marker.exists() and CANARY not in sys.modules
 
+    def test_tensor_kinds_are_stored_exactly_or_refused(self, tmp_path: Path) -> None:
+        """Issue 20: no kind of tensor or array gives a checkpoint whose values differ from the value's own:
+        each row of :data:`~.tensor_kinds.KINDS` (of an installed framework) that :meth:`make_value_with`
+        holds reads back equal, bit for bit, or its save raises a ``CheckpointError`` writing nothing."""
+        if type(self).make_value_with is AdapterTests.make_value_with:
+            pytest.skip(f"{type(self).__name__} defines no make_value_with(leaf)")
+        failures = []
+        for kind in KINDS:
+            if kind.framework != "numpy" and importlib.util.find_spec(kind.framework) is None:
+                continue
+            leaf = kind.build()
+            holder = self.make_value_with(leaf)
+            if holder is None:
+                continue
+            directory = tmp_path / kind.name
+            directory.mkdir()
+            try:
+                check_kind(dataclasses.replace(kind, build=functools.partial(_same, leaf)), directory,
+                           functools.partial(self._save_holder, holder), self._stored_leaf)
+            except (AssertionError, pytest.fail.Exception) as exc:
+                failures.append(f"{kind.name}: {str(exc).splitlines()[0]}")
+        assert not failures, "kinds stored with other values, or not refused:\n" + "\n".join(failures)
+
+    def _save_holder(self, holder: Any, leaf: Any, target: Path) -> Path:
+        return self.new_checkpoint(holder).save(target)
+
+    def _stored_leaf(self, path: Path) -> Any:
+        value = read_component(path, self.component)
+        for key in self.leaf_key.split("."):
+            value = value[int(key) if isinstance(value, (list, tuple)) else key]
+        return value
+
     def _mismatched(self) -> Any:
         mismatched = self.make_mismatched()
         if mismatched is None:
             pytest.skip(f"{type(self).__name__} defines no make_mismatched()")
         return mismatched
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 # -- helpers usable on their own ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..read.reader import CheckpointReader
 from ..tree.nodes import NamedTupleValue
+from ..tree.treepath import segment
 
 Change = Literal["added", "removed", "changed"]
 
@@ -99,13 +100,18 @@ def _compare_mapping(report: DiffReport, prefix: str, a: dict[str, Any], b: dict
 
 
 def leaves(value: Any, path: str = "$") -> Iterator[tuple[str, Any]]:
-    """Every leaf of a tree with its ``$``-rooted path (``$.key``, ``$[0]``), in document order."""
+    """Every leaf of a tree with its ``$``-rooted path in document order, in the notation ``inspect`` and
+    error messages use (``$.key``, ``$['0.weight']``, ``$[0]``: :func:`~opencheckpoint.tree.treepath.segment`).
+
+    >>> print(*(path for path, _ in leaves({"w": 1, "0.bias": 2})))
+    $.w $['0.bias']
+    """
     if isinstance(value, NamedTupleValue):
         for key, item in value._asdict().items():
-            yield from leaves(item, f"{path}.{key}")
+            yield from leaves(item, path + segment(key))
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from leaves(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]")
+            yield from leaves(item, path + (segment(key) if isinstance(key, (str, int)) else f"[{key!r}]"))
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from leaves(item, f"{path}[{index}]")

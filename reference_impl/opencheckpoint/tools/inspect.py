@@ -25,7 +25,7 @@ from ..format.errors import CheckpointError
 from ..location import PathArg
 from ..read.opening import check_inventory
 from ..read.steps import CheckpointSteps
-from ..read.validate import ValidationReport, check_structure
+from ..read.validate import ValidationReport, check_structure, shared_extents
 
 
 def describe(path: PathArg) -> dict[str, Any]:
@@ -71,13 +71,16 @@ def describe(path: PathArg) -> dict[str, Any]:
                 entry["hints"] = record.hints
             if name in layouts:
                 decoded = layouts[name][0]
+                shared = shared_extents(decoded.arrays)  # tied arrays: listed per node, as validate counts them
                 entry["arrays"] = [
-                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes}
-                    for ref in decoded.arrays
+                    {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes,
+                     **({"shares": shared[index]} if index in shared else {})}
+                    for index, ref in enumerate(decoded.arrays)
                 ] + [
                     {"path": ref.path, "dtype": ref.dtype, "shape": list(ref.shape), "nbytes": ref.nbytes,
                      "shards": len(ref.shards)}
                     for ref in decoded.sharded
                 ]
+                entry["shared_arrays"] = len(shared)
             summary["components"][name] = entry
         return summary

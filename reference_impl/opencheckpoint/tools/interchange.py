@@ -32,13 +32,14 @@ Examples:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from ..format.errors import IncompatibleComponent
+from ..format.errors import CheckpointError, IncompatibleComponent
 from ..read.restore_plan import RestorePlan, flatten, unflatten
 
 LayerKind = Literal["linear", "conv", "layernorm", "embedding"]
@@ -88,6 +89,22 @@ def _permute(array: Any, axes: tuple[int, ...]) -> Any:
     if isinstance(array, np.ndarray):
         return np.ascontiguousarray(array.transpose(axes))
     return array.transpose(axes)  # JAX
+
+
+def _checked(value: Any, key: str) -> Any:
+    """``value``, once a torch tensor passed the save's allowlist
+    (:func:`~opencheckpoint.adapters.torch_dense.check_dense`): a DTensor, a fake, meta or sparse tensor,
+    or a parameter whose ``.data`` was replaced, is refused rather than copied from memory that does not
+    hold its values."""
+    torch = sys.modules.get("torch")  # a torch tensor exists only once torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
+        from ..adapters.torch_dense import check_dense
+
+        try:
+            check_dense(value)
+        except CheckpointError as exc:
+            raise exc.at(field=key) from None
+    return value
 
 
 def _to_nnx_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
@@ -174,6 +191,7 @@ def torch_state_to_nnx(state_dict: Mapping[str, Any], mapping: LayerMapping, *, 
     flat: dict[str, Any] = {}
     for key, (nnx_key, value) in zip(origin, renamed.items(), strict=True):
         kind, name = _layout(key, mapping)
+        value = _checked(value, key)
         try:
             axes = _to_nnx_axes(kind, name, len(value.shape))
         except IncompatibleComponent as exc:

@@ -1,7 +1,8 @@
 """``ls``: the checkpoints of a rotation directory with step, time, size, metric and validity.
 
 Unlike :meth:`Rotation.entries <opencheckpoint.run.Rotation.entries>`, which
-skips what it cannot read, the listing shows every ``{prefix}-{step}`` entry and
+skips what it cannot read, the listing shows every ``{prefix}-{step}`` entry
+(``{prefix}_{step}`` and ``{prefix}{step}`` too, for runs named by other tools) and
 says why a broken one is not valid; ``latest`` and ``best`` are resolved among
 the valid ones, exactly as resuming would.
 
@@ -57,12 +58,20 @@ class RunListing:
     latest: Path | None = None
     best: Path | None = None
     metric: str | None = None
+    #: the metadata keys of the valid checkpoints (what ``metric=`` may name)
+    metadata_keys: set[str] = field(default_factory=set)
+    #: entries of the directory that are not ``{prefix}-{step}`` names, at most :data:`OTHER_NAMES_SHOWN`
+    other_names: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "metric": self.metric,
                 "latest": None if self.latest is None else str(self.latest),
                 "best": None if self.best is None else str(self.best),
                 "checkpoints": [e.to_dict() for e in self.entries]}
+
+
+#: Names of other entries a listing keeps, to say what a directory without checkpoints holds.
+OTHER_NAMES_SHOWN = 5
 
 
 def _size(path: Path) -> int:
@@ -80,21 +89,31 @@ def list_run(
     verify: bool = False,
 ) -> RunListing:
     """List a run directory. ``verify`` checks every byte (:func:`~opencheckpoint.validate`), else the
-    manifest, inventory and sizes. Raises :class:`NotACheckpoint` if ``directory`` is not a directory."""
+    manifest, inventory and sizes. Raises :class:`NotACheckpoint` if ``directory`` is not a directory, or is
+    itself a checkpoint (``inspect`` describes one checkpoint)."""
     root = local_path(directory)  # `ls` lists local run directories only (a URL: UnsupportedLocation)
     if not root.is_dir():
-        raise NotACheckpoint("not a run directory", file=str(root))
-    pattern = re.compile(rf"{re.escape(prefix)}-(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
+        raise NotACheckpoint("not a run directory" + (" (a file: `opencheckpoint inspect` describes a "
+                                                      "checkpoint archive)" if root.is_file() else ""), file=str(root))
+    if (root / "manifest.json").exists():
+        raise NotACheckpoint("a checkpoint, not a run directory of checkpoints: `opencheckpoint inspect` "
+                             "describes it; `ls` lists the checkpoints of a run directory (NAME-<step>)",
+                             file=str(root))
+    # ``-`` is the rotation's separator; ``_`` and none are accepted too (``--prefix step`` lists ``step_100``)
+    pattern = re.compile(rf"{re.escape(prefix)}[-_]?(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
     listing = RunListing(root, metric=metric)
     for name in sorted(os.listdir(root)):
         match = pattern.fullmatch(name)
         if match is None:
+            if len(listing.other_names) < OTHER_NAMES_SHOWN and not name.startswith("."):
+                listing.other_names.append(name)
             continue
         entry = ListedCheckpoint(root / name, int(match.group(1)), valid=False, size=_size(root / name))
         try:
             with CheckpointReader(entry.path) as reader:
                 manifest = reader.manifest
             entry.created_at = str(manifest.get("created_at"))
+            listing.metadata_keys.update(manifest.get("metadata") or {})
             if metric is not None:
                 entry.metric = _metric((manifest.get("metadata") or {}).get(metric))
             entry.valid = True

@@ -7,6 +7,7 @@ naming what would be lost and what to store instead; nothing is dropped silently
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -39,12 +40,37 @@ def plain_array(value: np.ndarray, path: str) -> np.ndarray:
     record array's type would be lost silently (R-WTR-3).
     """
     if isinstance(value, np.memmap):
+        _check_mapped(value, path)
         return np.asarray(value)
     kind = type(value)
     fix = ("store its .data and .mask (np.ma.getmaskarray(value)) as two arrays" if isinstance(value, np.ma.MaskedArray)
            else "store np.asarray(value) and rebuild the type when loading")
     raise refuse(f"cannot store a {kind.__module__}.{kind.__qualname__} in a tree: it would come back as a "
                            f"plain numpy.ndarray; {fix}", field=path)
+
+
+def _check_mapped(value: np.memmap, path: str) -> None:
+    """Refuse a memmap whose elements lie past the end of its file (truncated after mapping): reading them
+    would kill the process (SIGBUS) or, on some systems, read zeros that were never the array's values.
+
+    Only sizes are compared: the mapping's start (``offset`` rounded down to the allocation
+    granularity, as ``np.memmap`` maps it), the array's last byte, and the file's size now.
+    """
+    mapping = getattr(value, "_mmap", None)
+    if mapping is None or value.size == 0:
+        return  # an ndarray in memory (np.memmap's result of a computation), or nothing to read
+    try:
+        file_size = mapping.size()  # fstat of the mapped file, now
+    except (OSError, ValueError) as exc:
+        raise refuse(f"cannot store this np.memmap: its file cannot be checked ({exc}); store a copy "
+                     "(np.array(value)) made while the file is whole", field=path) from None
+    base = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    low, high = np.lib.array_utils.byte_bounds(value)
+    start = int(value.offset) - int(value.offset) % mmap.ALLOCATIONGRANULARITY
+    if start + (high - base) > file_size or low < base:
+        raise refuse(f"cannot store this np.memmap of {value.filename!r}: its elements reach byte "
+                     f"{start + high - base} of a file of {file_size} bytes (the file was truncated after it was "
+                     "mapped); its values are gone", field=path)
 
 
 def big_endian(dtype: np.dtype, path: str) -> UnsupportedValue:

@@ -11,6 +11,9 @@ signature changes, and nothing outside a save sees it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
     from .encode import TreePlan
 
-__all__ = ["TreeSink"]
+__all__ = ["TreeSink", "planning", "saving_ranks"]
 
 
 class TreeSink(Protocol):
@@ -33,3 +36,23 @@ class TreeSink(Protocol):
                    archive: ArchiveWriter | None, member_prefix: str) -> dict[str, dict[str, Any]]:
         """Write (or defer) the files of ``plan`` for the component in ``directory``; their file entries."""
         ...
+
+
+_RANKS: ContextVar[int] = ContextVar("opencheckpoint_saving_ranks", default=1)
+
+
+def saving_ranks() -> int:
+    """How many processes take part in the save being planned in this context: a collective save's world
+    size, else 1 (a value held in part by other processes cannot be stored whole by this one). Adapters ask
+    it while the plan stage runs them; the trees themselves go to the sink the write stage is given."""
+    return _RANKS.get()
+
+
+@contextlib.contextmanager
+def planning(world_size: int) -> Iterator[None]:
+    """The plan stage of a save by ``world_size`` processes runs its adapters in this block."""
+    token = _RANKS.set(world_size)
+    try:
+        yield
+    finally:
+        _RANKS.reset(token)

@@ -71,7 +71,8 @@ def save_collective(target: Path, planned: SavePlan | None, collective: Collecti
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
-            sink = RankSink(rank, Path(opened["staging"]), durable=planned.request.durable)
+            sink = RankSink(rank, Path(opened["staging"]), durable=planned.request.durable,
+                            world_size=collective.world_size)
             records, failure, report = _write_rank(planned, sink)
         gathered = collective.gather_bytes(to_json(report))
         if sink is not None and rank != 0:

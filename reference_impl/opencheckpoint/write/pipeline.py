@@ -84,7 +84,8 @@ def _save_as_rank(location: Path | FsPath, request: SaveRequest, collective: Col
     check_collective(target)  # every rank refuses the same arguments alike, before any collective step
     assert isinstance(target, LocalTarget)
     try:
-        planned = stages.plan(target, request, rank=collective.rank, check=collective.rank == 0)
+        planned = stages.plan(target, request, rank=collective.rank, world_size=collective.world_size,
+                              check=collective.rank == 0)
     except Exception as exc:
         save_collective(target.location, None, collective, failure=exc)  # raises it after the others know
         raise

@@ -26,7 +26,7 @@ from ..adapters.base import ComponentWriter
 from ..container.publish import fault_point
 from ..format.errors import CheckpointError
 from ..sharding.sink import LocalSink
-from ..tree.sink import TreeSink
+from ..tree.sink import TreeSink, planning
 from .plan import SavePlan, SaveRequest, save_manifest
 from .recording import ComponentPlan, RecordingWriter
 from .target import Staging, Target
@@ -36,24 +36,27 @@ __all__ = ["commit", "plan", "write"]
 Records = dict[str, dict[str, Any]]
 
 
-def plan(target: Target, request: SaveRequest, *, rank: int = 0, check: bool = True) -> SavePlan:
+def plan(target: Target, request: SaveRequest, *, rank: int = 0, world_size: int = 1,
+         check: bool = True) -> SavePlan:
     """Check ``target`` (unless ``check`` is False: a collective save's other ranks), then record what each
-    component's adapter writes. ``rank``: this process's rank in a collective save (its shards)."""
+    component's adapter writes. ``rank`` and ``world_size``: this process's place in a collective save (its
+    shards; what adapters may leave to other ranks, :func:`~opencheckpoint.tree.sink.saving_ranks`)."""
     if check:
         target.check()
     scratch = target.scratch()
     planned: list[ComponentPlan] = []
     try:
-        for spec in request.components:
-            writer = RecordingWriter(scratch / "components" / spec.name, durable=request.durable,
-                                     sha256=spec.sha256, options=spec.options, rank=rank)
-            try:
-                spec.adapter.save(spec.value, writer)
-            except CheckpointError as exc:
-                # The component being written is the "file" a save error is about; the field stays the
-                # location inside its value (e.g. ``$.layer1.w``).
-                raise exc.at(file=f"component {spec.name!r}") from None
-            planned.append(ComponentPlan(spec.name, spec.adapter.kind, spec.adapter.kind_version, writer))
+        with planning(world_size):
+            for spec in request.components:
+                writer = RecordingWriter(scratch / "components" / spec.name, durable=request.durable,
+                                         sha256=spec.sha256, options=spec.options, rank=rank)
+                try:
+                    spec.adapter.save(spec.value, writer)
+                except CheckpointError as exc:
+                    # The component being written is the "file" a save error is about; the field stays the
+                    # location inside its value (e.g. ``$.layer1.w``).
+                    raise exc.at(file=f"component {spec.name!r}") from None
+                planned.append(ComponentPlan(spec.name, spec.adapter.kind, spec.adapter.kind_version, writer))
     except BaseException:
         SavePlan(target, request, planned, scratch).release()
         raise

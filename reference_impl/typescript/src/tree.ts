@@ -47,6 +47,19 @@ export type TreeNode =
   | { type: "prng_key"; impl: string; data: ArrayNode }
   | { type: "dtype"; dtype: string };
 
+/**
+ * The text a key adds to its parent's tree path, in the notation every OpenCheckpoint tool shows (the
+ * Python reference's `inspect`, `diff` and errors): `.name` for an identifier, `['other key']`, `[3]`.
+ * Fields inside a node (an array node's dtype, a tag's operands) follow as `/1`, `/2`.
+ */
+export function seg(key: string | bigint | number): string {
+  if (typeof key !== "string") return `[${key}]`;
+  if (/^[\p{L}_][\p{L}\p{N}_]*$/u.test(key)) return `.${key}`;
+  const quote = key.includes("'") && !key.includes('"') ? '"' : "'";
+  const body = key.replace(/\\/g, "\\\\").replace(new RegExp(quote, "g"), `\\${quote}`);
+  return `[${quote}${body}${quote}]`;
+}
+
 export interface DecodedTree {
   root: TreeNode;
   /** Every array node (including PRNG key data) in document order. */
@@ -301,9 +314,10 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
       else return fail(`${at}{key ${k}}`, `map key is a ${kt}, not a str or an int`, "R-TREE-10");
       const id = "str" in key ? "s" + key.str : "i" + key.int.toString();
       const label = "str" in key ? key.str : key.int.toString();
-      if (seen.has(id)) fail(`${at}/${label}`, `duplicate map key ${JSON.stringify(label)}`, "R-TREE-11");
+      const child = at + seg("str" in key ? key.str : key.int);
+      if (seen.has(id)) fail(child, `duplicate map key ${JSON.stringify(label)}`, "R-TREE-11");
       seen.add(id);
-      items.push([key, node(`${at}/${label}`, depth + 1)]);
+      items.push([key, node(child, depth + 1)]);
     }
     return { type: "dict", items };
   };
@@ -322,7 +336,7 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
       return tagged(tag, n - 1, at, depth);
     }
     const items: TreeNode[] = [];
-    for (let k = 0; k < n; k++) items.push(node(`${at}/${k}`, depth + 1));
+    for (let k = 0; k < n; k++) items.push(node(`${at}[${k}]`, depth + 1));
     return { type: "list", items };
   };
 
@@ -335,7 +349,7 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
     switch (tag) {
       case 1: {
         const items: TreeNode[] = [];
-        for (let k = 1; k <= fields; k++) items.push(node(f(k), depth + 1));
+        for (let k = 1; k <= fields; k++) items.push(node(`${at}[${k - 1}]`, depth + 1));
         return { type: "tuple", items };
       }
       case 2: {
@@ -350,9 +364,9 @@ export function decodeTree(b: Uint8Array, file: string): DecodedTree {
           if (kt === "ext") badExt(f(2));
           if (kt !== "str") fail(`${f(2)}{key ${k}}`, "named tuple field name is not a str", "R-TREE-20");
           const name = readStr(f(2));
-          if (seen.has(name)) fail(`${f(2)}/${name}`, `duplicate map key ${JSON.stringify(name)}`, "R-TREE-11");
+          if (seen.has(name)) fail(at + seg(name), `duplicate map key ${JSON.stringify(name)}`, "R-TREE-11");
           seen.add(name);
-          out.push([name, node(`${f(2)}/${name}`, depth + 2)]);
+          out.push([name, node(at + seg(name), depth + 2)]);
         }
         return { type: "named_tuple", typeName, fields: out };
       }

@@ -35,15 +35,16 @@ export const decodeFloat8: Record<string, (b: number) => number> = {
 
 /**
  * Decode the elements of `bytes` (whole elements, little-endian) to numbers.
- * Complex elements yield their real and imaginary parts in turn.
+ * Complex elements yield their real and imaginary parts in turn. `into`: a buffer to decode into when
+ * it is large enough (a view of it is returned), so a pass over many chunks allocates once.
  */
-export function decodeElements(dtype: string, bytes: Uint8Array): Float64Array {
+export function decodeElements(dtype: string, bytes: Uint8Array, into?: Float64Array): Float64Array {
   const size = ITEMSIZE.get(dtype);
   if (!size) throw new RangeError(`unknown dtype ${dtype}`);
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const complex = dtype.startsWith("complex");
   const n = Math.floor(bytes.length / size) * (complex ? 2 : 1);
-  const out = new Float64Array(n);
+  const out = into !== undefined && into.length >= n ? into.subarray(0, n) : new Float64Array(n);
   const f8 = decodeFloat8[dtype];
   for (let i = 0; i < n; i++) {
     switch (dtype) {
@@ -93,8 +94,10 @@ export async function summarize(
   const step = Math.max(size, chunk - (chunk % size));
   const s: Summary = { count: 0, finite: 0, nan: 0, posInf: 0, negInf: 0, min: Infinity, max: -Infinity, mean: NaN, histogram: new Array<number>(bins).fill(0) };
   let sum = 0;
+  // One decode buffer for every chunk of both passes: memory is a chunk, whatever the array's size.
+  const scratch = new Float64Array(Math.ceil(Math.min(step, nbytes) / size) * (dtype.startsWith("complex") ? 2 : 1));
   const passes = async (visit: (v: Float64Array) => void): Promise<void> => {
-    for (let pos = 0; pos < nbytes; pos += step) visit(decodeElements(dtype, await read(pos, Math.min(step, nbytes - pos))));
+    for (let pos = 0; pos < nbytes; pos += step) visit(decodeElements(dtype, await read(pos, Math.min(step, nbytes - pos)), scratch));
   };
   await passes((vals) => {
     for (const v of vals) {

@@ -2,8 +2,11 @@
 
 Usage: python make_checkpoints.py OUT_DIR
 Writes OUT_DIR/good.zip (archive form: float32, bfloat16 and float16 arrays, a json
-component, metadata) and OUT_DIR/corrupt.zip (the same with one array byte flipped
-in place, so only the array's CRC-32C and the file checksums disagree).
+component, metadata, and a flat state dict whose output layer is tied to its
+embedding), OUT_DIR/corrupt.zip (the same with one array byte flipped in place, so
+only the array's CRC-32C and the file checksums disagree) and OUT_DIR/big.zip and
+OUT_DIR/small.zip (one float32 array of 256 MiB and of 16 MiB: verification long
+enough to cancel, and the renderer's memory for two file sizes).
 """
 
 from __future__ import annotations
@@ -26,9 +29,15 @@ def main(out: Path) -> None:
         "emb": np.linspace(-1, 1, 64).astype(ml_dtypes.bfloat16).reshape(8, 8),
         "h": np.array([1.5, np.nan, np.inf, -2.0], np.float16),
     }
+    embedding = np.arange(12, dtype=np.float32).reshape(4, 3)
+    policy = {"encoder.0.weight": embedding, "encoder.0.bias": np.zeros(4, np.float32),
+              "encoder.1.weight": np.ones((4, 4), np.float32), "head.weight": embedding}  # tied: one extent
     good = out / "good.zip"
-    Checkpoint(weights=weights, config={"lr": 3e-4, "gamma": 0.99}, format="archive").save(
+    Checkpoint(weights=weights, policy=policy, config={"lr": 3e-4, "gamma": 0.99}, format="archive").save(
         str(good), metadata={"step": 100})
+    for name, mib in (("big", 256), ("small", 16)):
+        Checkpoint(model={"w": np.ones(mib << 18, np.float32)}, format="archive", durable=False).save(
+            str(out / f"{name}.zip"))
     corrupt = out / "corrupt.zip"
     shutil.copyfile(good, corrupt)
     with zipfile.ZipFile(good) as z:

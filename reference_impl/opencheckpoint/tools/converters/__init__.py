@@ -29,6 +29,7 @@ from ...checkpoint import Checkpoint, CheckpointFormat
 from ...format.errors import CheckpointError
 from ...location import local_path
 from ...progress import ProgressArg
+from ...read.probe import is_checkpoint
 from ._common import ConversionError, Foreign
 from .exporting import ExportResult, export
 
@@ -101,8 +102,8 @@ def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
     *,
-    source: SourceFormat | None = None,
-    format: CheckpointFormat = "directory",
+    source: SourceFormat | Literal["opencheckpoint"] | None = None,
+    format: CheckpointFormat | None = None,
     component: str | None = None,
     split: bool = False,
     step: int | None = None,
@@ -111,9 +112,16 @@ def convert(
 ) -> Path:
     """Convert a foreign checkpoint at ``src`` into an OpenCheckpoint checkpoint at ``dst``; return ``dst``.
 
+    An OpenCheckpoint checkpoint at ``src`` is repacked in the other form (a
+    directory into an archive, an archive into a directory; ``format`` picks
+    one explicitly): the same files and manifest in another container
+    (:func:`~opencheckpoint.converters.repack.repack`, which refuses an
+    existing ``dst``).
+
     Args:
-        source: ``"torch"``, ``"safetensors"``, ``"torchrl"`` or ``"orbax"``; detected when None.
-        format: ``"directory"`` (default) or ``"archive"``.
+        source: ``"torch"``, ``"safetensors"``, ``"torchrl"``, ``"orbax"`` or ``"opencheckpoint"``;
+            detected when None.
+        format: ``"directory"`` (the default for foreign sources) or ``"archive"``.
         component: the component name for single-component sources (``model`` for torch and
             safetensors files, ``state`` for an orbax PyTree item).
         split: torch files only: one component per top-level key of the saved dict.
@@ -126,8 +134,12 @@ def convert(
     ``weights_only=True``: a file that needs full unpickling is refused with
     :class:`ConversionError`, which explains what to do.
     """
+    if source == "opencheckpoint" or (source is None and is_checkpoint(local_path(src))):
+        from .repack import repack
+
+        return repack(src, dst, form=format)
     foreign = read_foreign(src, source, component=component, split=split, step=step)
-    checkpoint = Checkpoint(format=format)
+    checkpoint = Checkpoint(format=format or "directory")
     for name, value in foreign.components.items():
         checkpoint.register(name, value, adapter=foreign.adapters.get(name))
     return checkpoint.save(local_path(dst), metadata={**foreign.metadata, **(metadata or {})}, progress=progress)
