@@ -1881,6 +1881,22 @@ def _(b: Builder) -> None:
     b.root.write_bytes(bytes(raw))
 
 
+@case("reject-zip-local-zip64-usize-only", "A member's local header holds 0xffffffff in the uncompressed size "
+      "field only (the compressed size field holds the size) and its ZIP64 extra field holds 8 bytes, the "
+      "uncompressed size: a local ZIP64 extra field holds both sizes whichever is saturated (R-ZIP-15).",
+      ["R-ZIP-15", "3.3"], error="ArchiveError", form="archive")
+def _(b: Builder) -> None:
+    archive_case(b, lambda ms: [Member(m.name, m.data, extra=struct.pack("<HHQ", 1, 8, len(m.data))
+                                       if _is_data(m) else b"") for m in ms])
+    raw = bytearray(b.root.read_bytes())
+    for entry in _central_entries(bytes(raw)):
+        name_len = struct.unpack_from("<H", raw, entry + 28)[0]
+        if raw[entry + 46: entry + 46 + name_len].endswith(b"data.bin"):
+            local = struct.unpack_from("<I", raw, entry + 42)[0]
+            struct.pack_into("<I", raw, local + 22, 0xFFFFFFFF)  # uncompressed size; compressed size kept
+    b.root.write_bytes(bytes(raw))
+
+
 # ==============================================================================================
 # Format version 2 (sharded arrays): registered from generate_sharded.py
 # ==============================================================================================

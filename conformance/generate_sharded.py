@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from opencheckpoint.format.integrity import crc32c_of, format_crc32c
@@ -198,6 +199,90 @@ def register(case: Callable[..., Register], builder: type, tree: Callable[..., d
         # {"w": tag 10 ["uint8", [4], shards]}, shards declared as an array 32 of 65,537 elements, none following
         tree = bytes([0x81, 0xA1, 0x77, 0x94, 0xC7, 0x00, 0x0A, 0xA5]) + b"uint8" + bytes([0x91, 0x04])
         tree += bytes([0xDD, 0x00, 0x01, 0x00, 0x01])
+        (b.root / "components/m/tree.msgpack").write_bytes(tree)
+        _edit_manifest(b, lambda m: m["components"]["m"]["files"].update(
+            {"tree.msgpack": {"size": len(tree), "crc32c": format_crc32c(crc32c_of(tree))}}))
+
+    # -- text revision 2.0.1 (issue 26): ambiguities resolved, each shown by files --------------------
+    @case("reject-sharded-kind-version-2-inventory-in-format-1", "A format version 1 checkpoint with a tree "
+          "component of kind_version 2 whose inventory R-SHD-3 would reject (shards/rank-1.bin): R-SHD-3 is a "
+          "format version 2 rule, not checked here; the component is R-SHD-2's (UnsupportedVersion, step 12), "
+          "the class a version 1 reader reports under R-CMP-19.", ["R-SHD-2", "R-CMP-19", "S.2"],
+          error="UnsupportedVersion")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        files.files["shards/rank-1.bin"] = bytearray()
+        write(b, {"m": ({"b": files.array(np.arange(3))}, files)}, format_version=1)
+
+    @reject("reject-sharded-kind-version-float", "The only tree component states \"kind_version\": 2.0, not the "
+            "integer 2: R-SHD-12 (step 5) finds no tree of kind_version 2 before step 7 sees the token.",
+            ["R-SHD-12", "S.2"], "UnsupportedVersion")
+    def _(b: Any) -> None:
+        sharded(b)
+        _edit_manifest(b, lambda m: m["components"]["m"].__setitem__("kind_version", 2.0))
+
+    @reject("reject-sharded-shard-nbytes-limit", "A shard record's nbytes is 2^63: R-LIM-16 applies to every "
+            "extent of a data file, shard records included (step 15 (b)), before R-ARR-4.", ["R-LIM-16", "S.5"],
+            "LimitExceeded")
+    def _(b: Any) -> None:
+        sharded(b, edit=lambda node: node[3][1].__setitem__(4, 1 << 63))
+
+    @case("sharded-rank-file-six-digits", "Shard data files named shards/rank-000000.bin and rank-000001.bin (6 "
+          "digits): any key matching R-SHD-3's pattern is a shard data file; the digits are informative.",
+          ["R-SHD-3", "S.3"], requires=["sharding"])
+    def _(b: Any) -> None:
+        files = DataFiles()
+        six = [(f.replace("rank-0", "rank-00"), start, size) for f, start, size in QUARTERS]
+        write(b, {"m": ({"w": files.sharded(GRID, six)}, files)}, values={"m": {"w": GRID}})
+
+    @reject("reject-sharded-unused-replica-corrupt", "Two replicas of one region with equal crc32c, the bytes of "
+            "the second altered: CMD read verifies every extent (step 16), also a replica no element is read from.",
+            ["R-ARR-14", "R-SHD-10", "S.6"], "IntegrityError")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        node = files.sharded(GRID, [*QUARTERS, (R1, (0, 0), (3, 4))])
+        write(b, {"m": ({"w": node}, files)})
+        offset = node[3][4][3]
+        rank1 = b.root / "components/m" / R1
+        data = bytearray(rank1.read_bytes())
+        data[offset] ^= 1
+        rank1.write_bytes(bytes(data))
+        _edit_manifest(b, lambda m: m["components"]["m"]["files"].__setitem__(
+            R1, {"size": len(data), "crc32c": format_crc32c(crc32c_of(bytes(data)))}))
+
+    @reject("reject-sharded-prng-key-data", "A typed PRNG key (tag 7) whose data is a sharded array (tag 10): a "
+            "PRNG key's data is an array node (tag 6) only.", ["R-TREE-17", "R-TREE-25", "S.4"], "TreeError")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        key = [msgpack.ExtType(7, b""), "threefry2x32",
+               files.sharded(np.array([0, 42], np.uint32), [("data.bin", (0,), (2,))])]
+        write(b, {"m": ({"k": key}, files)})
+
+    @reject("reject-sharded-empty-region-offset", "A shard record with size [0, 4], nbytes 0 and offset 64: "
+            "R-ARR-6 in step 15 (b) reports it before R-SHD-8 in step 15 (c); both are ArrayLayoutError.",
+            ["R-ARR-6", "R-SHD-8", "S.5"], "ArrayLayoutError")
+    def _(b: Any) -> None:
+        sharded(b, [*QUARTERS, (R0, (0, 0), (0, 4))], edit=lambda node: node[3][4].__setitem__(3, 64))
+
+    @reject("reject-sharded-layout-before-size-limits", "A tag 6 array whose nbytes is 2^63 (R-LIM-16, step 15 "
+            "(b)) beside a sharded array whose shard names tree.msgpack (R-SHD-7, step 15 (a)): (a) comes first.",
+            ["R-SHD-7", "R-LIM-16", "S.9"], "ArrayLayoutError")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        big = files.array(np.arange(3))
+        big[4] = 1 << 63
+        node = files.sharded(GRID, QUARTERS)
+        node[3][0][0] = "tree.msgpack"
+        write(b, {"m": ({"a": big, "w": node}, files)})
+
+    @reject("reject-sharded-shard-count-before-records", "A shards array declaring 65,537 records whose first "
+            "record has 5 elements, the document ending after it: R-LIM-20 is checked on the header, before any "
+            "record (R-SHD-4) and before R-TREE-1.", ["R-LIM-20", "R-SHD-4", "S.9"], "LimitExceeded")
+    def _(b: Any) -> None:
+        files = DataFiles()
+        write(b, {"m": ({"w": files.sharded(np.arange(4, dtype=np.uint8), [("data.bin", (0,), (4,))])}, files)})
+        tree = bytes([0x81, 0xA1, 0x77, 0x94, 0xC7, 0x00, 0x0A, 0xA5]) + b"uint8" + bytes([0x91, 0x04])
+        tree += bytes([0xDD, 0x00, 0x01, 0x00, 0x01]) + msgpack.packb(["data.bin", [0], [4], 0, 4])
         (b.root / "components/m/tree.msgpack").write_bytes(tree)
         _edit_manifest(b, lambda m: m["components"]["m"]["files"].update(
             {"tree.msgpack": {"size": len(tree), "crc32c": format_crc32c(crc32c_of(tree))}}))

@@ -1,6 +1,7 @@
 """Shared constants and helpers of the independent reader (spec §4, §5, §14)."""
 from __future__ import annotations
 
+import os
 import re
 
 from errors import CheckpointError
@@ -30,7 +31,10 @@ TOP_MEMBERS = ("format", "format_version", "checkpoint_id", "created_at", "produ
                "metadata", "extensions", "components", "manifest_crc32c")
 COMPONENT_MEMBERS = ("kind", "kind_version", "path", "files", "hints", "metadata")
 BUILTIN_KINDS = {"tree": 1, "json": 1, "files": 1}  # highest kind_version implemented in format version 1
-MAX_FORMAT_VERSION = 2  # format version 2: sharded arrays (spec/opencheckpoint-v2.md)
+# format version 2: sharded arrays (spec/opencheckpoint-v2.md). OC_READER_MAX_FORMAT_VERSION=1 (the run-v1
+# wrapper) makes this a version 1 reader: it rejects format_version 2 with UnsupportedVersion (R-VER-3) and
+# declares no opt-in capability (§S.8), as a reader written from the 1.0 text alone would.
+MAX_FORMAT_VERSION = 1 if os.environ.get("OC_READER_MAX_FORMAT_VERSION") == "1" else 2
 
 
 def max_kind_version(kind: str, fv: int) -> int:

@@ -233,20 +233,18 @@ class Archive:
         if lcrc != m.crc:
             raise _arch(f, f"{lwhere}: crc-32", f"local {lcrc:08x} != central {m.crc:08x}", "R-ZIP-13")
         if lusize == U32 or lcsize == U32:
+            # §3.3: a local header's ZIP64 extra field holds both sizes (uncompressed first, 8 bytes
+            # each) whenever either size field is saturated; 8 bytes holding one size is too short.
             z = [d for (h, d) in lextras if h == 0x0001]
             zd = z[0] if z else b""
-            zp = 0
-            vals = {}
-            for nm, v in (("uncompressed size", lusize), ("compressed size", lcsize)):
-                if v == U32 or len(zd) >= 16:
-                    if zp + 8 > len(zd):
-                        raise _arch(f, f"{lwhere}: {nm}",
-                                    "field holds 0xffffffff but the ZIP64 extra field does not supply it", "R-ZIP-15")
-                    vals[nm] = int.from_bytes(zd[zp:zp + 8], "little")
-                    zp += 8
-                else:
-                    vals[nm] = v
-            lusize, lcsize = vals["uncompressed size"], vals["compressed size"]
+            if len(zd) < 16:
+                raise _arch(f, f"{lwhere}: ZIP64 extra field",
+                            "a size field holds 0xffffffff but the local ZIP64 extra field does not hold both "
+                            "sizes", "R-ZIP-15")
+            if lusize == U32:
+                lusize = int.from_bytes(zd[0:8], "little")
+            if lcsize == U32:
+                lcsize = int.from_bytes(zd[8:16], "little")
         if lcsize != m.csize or lusize != m.usize:
             raise _arch(f, f"{lwhere}: sizes", f"local sizes {lcsize}/{lusize} != central {m.csize}/{m.usize}",
                         "R-ZIP-14")

@@ -219,8 +219,11 @@ def cmd_read(path):
 
 def main(argv):
     if len(argv) >= 1 and argv[0] == "capabilities":
+        # §S.8: capabilities added after the 1.0 text are opt-in; a version 1 reader names none.
+        implements = ["sharding"] if MAX_FORMAT_VERSION >= 2 else []
         sys.stdout.write(json.dumps({"implementation": "opencheckpoint-independent-reader",
-                                     "version": "0.2.0", "modes": ["read"], "skip": {}}) + "\n")
+                                     "version": "0.2.0", "modes": ["read"], "skip": {},
+                                     "implements": implements}) + "\n")
         return 0
     if len(argv) == 2 and argv[0] == "read":
         try:

@@ -62,6 +62,7 @@ _LAZY: dict[str, str] = {
     "LazyShardedArray": ".read.sharded",
     "NamedTupleValue": ".tree.nodes",
     "PRNGKeyValue": ".tree.nodes",
+    "PerRank": ".tree.per_rank",
     "ValidationReport": ".read.validate",
     "validate": ".read.validate",
 }
@@ -78,6 +79,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from .tools.converters import ConversionError, ExportResult, convert, export
     from .tools.diffing import DiffReport, diff
     from .tree.nodes import NamedTupleValue, PRNGKeyValue
+    from .tree.per_rank import PerRank
     from .write.async_save import SaveHandle
 
 
@@ -116,6 +118,7 @@ __all__ = [
     "NamedTupleValue",
     "NotACheckpoint",
     "PRNGKeyValue",
+    "PerRank",
     "SaveHandle",
     "TargetExists",
     "TreeError",

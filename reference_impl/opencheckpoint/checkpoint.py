@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, resolve_adapter
+from .adapters.base import Adapter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
-from .format.errors import UnsupportedValue
+from .format.errors import UnsupportedLocation, UnsupportedValue
 from .format.paths import check_segment
 from .format.producer import checked_metadata
 from .loading import LoadResult
@@ -32,6 +32,7 @@ from .location import PathArg, resolve_location
 from .options import NO_OPTIONS, STRICTNESS, CheckpointOptions, Strictness, check_option_names
 from .progress import ProgressArg, files_bytes, reporting
 from .read.casting import CastPolicy
+from .read.per_rank import process_rank
 from .read.probe import is_checkpoint, manifest
 from .read.reader import CheckpointReader
 from .read.restore_plan import Rename, RestorePlan
@@ -134,9 +135,13 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._components
 
-    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS) -> Adapter:
+    def _adapter(self, name: str, options: CheckpointOptions = NO_OPTIONS, stored_kind: str | None = None) -> Adapter:
         value, adapter = self._components[name]
         chosen = options.adapter or adapter or resolve_adapter(value, self._adapters)
+        if chosen is not options.adapter and chosen is not adapter and stored_kind is not None:
+            # A plain dict or list picks json or tree by what it holds now (an empty one: json); what was
+            # stored decides on load, so a dict saved holding a tensor loads into {} (seed API).
+            chosen = stored_kind_adapter(value, chosen, stored_kind)
         if options.has_method_args and not chosen.takes_method_args:
             raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
                             "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "
@@ -220,8 +225,11 @@ class Checkpoint:
         request = self._request(components=components, metadata=metadata, format=format,
                                 checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
                                 producer=producer, component_options=component_options)
-        # A remote save is written by this process alone (uploaded objects, manifest last).
-        collective = resolve_collective(process_group, timeout) if isinstance(location, Path) else None
+        collective = resolve_collective(process_group, timeout)
+        if isinstance(location, FsPath) and collective is not None and collective.world_size > 1:
+            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
+                                      "path only, not yet to a URL: save to such a path and upload the "
+                                      "checkpoint directory, or save from one process", file=str(location))
         wait_for_target(location)
         return pipeline.save(location, request, collective=collective, progress=progress)
 
@@ -355,10 +363,13 @@ class Checkpoint:
         live = {name: self._components[name][0] for name in requested}
         with agreement(collective) as passed, CheckpointReader(path) as reader:
             result = loading.new_result(reader, requested, path)
-            plan = loading.plan_loads(reader.components, live, self._adapter, options, modes, result)
+            stored = reader.components
+            plan = loading.plan_loads(stored, live, lambda n, o: self._adapter(n, o, stored[n].kind), options,
+                                      modes, result)
             loading.report(result, modes, path)
             with reporting(progress, files_bytes(reader.components[load.name] for load in plan), f"loading {path}"):
-                prepared = loading.prepare_all(plan, reader, result, path)
+                ranks = (collective.rank, collective.world_size) if collective is not None else process_rank()
+                prepared = loading.prepare_all(plan, reader, result, path, ranks)
             # Every rank of a sharded load checked its part, and loads what the others do: only now does any apply.
             passed(loading.describe(reader, options, modes))
             loading.apply_all(prepared, result, path)

@@ -27,7 +27,7 @@ from .options import CheckpointOptions, Strictness
 from .progress import advance, files_bytes
 from .read.casting import Conversion
 from .read.reader import CheckpointReader
-from .read.restore_plan import RestorePlan
+from .read.restore_plan import RestorePlan, check_renames
 
 
 @dataclass
@@ -67,12 +67,16 @@ logger = logging.getLogger("opencheckpoint")
 
 
 def compare_versions(recorded: Mapping[str, str] | None) -> tuple[dict[str, dict[str, Any]], bool]:
-    """The producer's recorded package versions against this runtime's: the table, and whether any differs."""
+    """The producer's recorded package versions against this runtime's: the table, and whether any differs.
+
+    The library's own version (``opencheckpoint``) is compared like every other package, as the seed
+    compares its own (torchrl's): a checkpoint written by another release reports skew (logged, not fatal).
+    """
     runtime = runtime_environment()
     table = {
         name: {"checkpoint": value, "runtime": runtime[name], "matches": value == runtime[name]}
         for name, value in (recorded or {}).items()
-        if name in runtime and name != "opencheckpoint"
+        if name in runtime
     }
     return table, any(not row["matches"] for row in table.values())
 
@@ -162,14 +166,15 @@ def report(result: LoadResult, modes: Mapping[str, Strictness], path: Any) -> No
         warnings.warn(f"checkpoint {path}: " + "; ".join(warned), stacklevel=3)
 
 
-def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
-                result: LoadResult, path: Any) -> list[tuple[ComponentLoad, PreparedRestore]]:
+def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader, result: LoadResult, path: Any,
+                rank: tuple[int, int] = (0, 1)) -> list[tuple[ComponentLoad, PreparedRestore]]:
     """Phase 1: read, verify and check every planned component; no live object is touched.
 
     Any ``CheckpointError`` (corruption, and under ``strict="error"`` a
     mismatch) propagates from here, before the first byte reaches a live object.
     """
     prepared: list[tuple[ComponentLoad, PreparedRestore]] = []
+    plans: list[tuple[str, RestorePlan]] = []
     for load in loads:
         options = load.options
         component_reader = ComponentReader(
@@ -177,7 +182,8 @@ def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
             verify=True if options.verify is None else options.verify,
             plan=RestorePlan(options.rename, options.subtree, options.cast),
             method_args=options.load_args or (), method_kwargs=dict(options.load_kwargs or {}),
-            kind_version=load.adapter.kind_version)
+            kind_version=load.adapter.kind_version, rank=rank[0], world_size=rank[1])
+        plans.append((load.name, component_reader.plan))
         try:
             restore = prepare_restore(load.adapter, load.value, component_reader, strict=load.mode)
         except IncompatibleComponent as exc:
@@ -190,6 +196,10 @@ def prepare_all(loads: list[ComponentLoad], reader: CheckpointReader,
         if component_reader.not_restored:
             result.partial[load.name] = list(component_reader.not_restored)
         prepared.append((load, restore))
+    try:
+        check_renames(plans)  # a rename= key that matched nothing anywhere is a mistake, not a no-op
+    except IncompatibleComponent as exc:
+        raise exc.at(file=str(path)) from None
     return prepared
 
 

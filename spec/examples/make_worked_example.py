@@ -1,4 +1,4 @@
-"""Generate the OpenCheckpoint v1 worked example (spec Appendix A).
+"""Generate the OpenCheckpoint v1 worked example (Appendix A of ``spec/opencheckpoint-v1-notes.md``).
 
 Throwaway, dependency-light script: uses only the standard library plus the
 `msgpack` and `crc32c` packages. It writes the example checkpoint next to this

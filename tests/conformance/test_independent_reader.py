@@ -27,11 +27,48 @@ def test_independent_reader_passes_every_reader_case(tmp_path: Path) -> None:
     )
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
     assert done.returncode == 0, summary + "\n" + done.stderr[-2000:]
-    # Only the cases of a capability the reader declares skipped (sharding, format version 2) may be skipped.
+    # It implements format version 2 (the opt-in capability sharding, spec §S.8): only the cases of a
+    # capability it declares skipped may be skipped.
     caps = json.loads(subprocess.run([str(READER), "capabilities"], capture_output=True, text=True,
                                      check=True).stdout)
+    assert caps["implements"] == ["sharding"], caps
     skippable = sum(1 for case in ROOT.glob("conformance/cases/v1/*/case.json")
                     if set(json.loads(case.read_text(encoding="utf-8")).get("requires", [])) & set(caps["skip"]))
     assert set(caps["skip"]) <= {"sharding"}, caps
     assert "0 failed" in summary and f"{skippable} skipped" in summary, summary
     assert junit.read_text(encoding="utf-8").count("<testcase") >= 200
+
+
+def _requiring(capability: str) -> list[str]:
+    cases = []
+    for case in ROOT.glob("conformance/cases/v1/*/case.json"):
+        meta = json.loads(case.read_text(encoding="utf-8"))
+        if capability in meta.get("requires", []):
+            cases.append(meta["id"])
+    return cases
+
+
+def test_a_version_1_reader_passes_the_suite_with_the_sharding_cases_skipped(tmp_path: Path) -> None:
+    """Spec §S.8: opt-in capabilities. The independent reader restricted to format version 1 (run-v1) rejects
+    format_version 2 with UnsupportedVersion and declares no capability; it is conforming, the cases that
+    require sharding reported as skipped, never failed."""
+    v1_reader = READER.parent / "run-v1"
+    caps = json.loads(subprocess.run([str(v1_reader), "capabilities"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert caps["skip"] == {} and caps.get("implements", []) == []
+    sharded = ROOT / "conformance/cases/v1/sharded-2d-four-shards/checkpoint"
+    rejected = subprocess.run([str(v1_reader), "read", str(sharded)], capture_output=True, text=True, check=False)
+    assert rejected.returncode == 1 and rejected.stderr.startswith("error: UnsupportedVersion: "), rejected.stderr
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "opencheckpoint", "conformance", "run", "--reader", str(v1_reader), "--jobs", "2",
+         "--json", str(report)],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr
+    assert done.returncode == 0, summary + "\n" + done.stderr[-2000:]
+    outcomes = {o["case"]: o for o in json.loads(report.read_text(encoding="utf-8"))["outcomes"]}
+    skipped = {case for case, o in outcomes.items() if o["status"] == "skip"}
+    assert skipped == set(_requiring("sharding")), skipped ^ set(_requiring("sharding"))
+    assert all("not implemented (opt-in" in outcomes[case]["detail"] for case in skipped)
+    assert all(o["status"] == "pass" for case, o in outcomes.items() if case not in skipped)

@@ -279,3 +279,48 @@ def test_the_seed_order_is_one_option_away(tmp_path: Path) -> None:
     Checkpoint().register("obj", target, options=options).load(path)
     assert target.text == "dumped"
     assert isinstance(opencheckpoint.adapters.resolve_adapter(_Both()), StateDictAdapter)
+
+
+# -- issue 26: bugs found by torchrl's own checkpoint tests, ported ------------------------------
+def test_a_dict_saved_holding_a_tensor_scalar_loads_into_an_empty_dict(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    path = Checkpoint(state={"step": torch.tensor(3), "name": "run"}).save(tmp_path / "c")
+    target: dict[str, Any] = {}
+    result = Checkpoint(state=target).load(path)
+    assert result.loaded == {"state"}
+    assert list(target) == ["step", "name"] and int(target["step"]) == 3 and target["name"] == "run"
+
+
+def test_a_json_component_still_loads_into_a_dict_holding_arrays(tmp_path: Path) -> None:
+    path = Checkpoint(config={"lr": 0.1}).save(tmp_path / "c")
+    target: dict[str, Any] = {"lr": np.float64(0.0)}
+    Checkpoint(config=target).load(path)
+    assert target == {"lr": 0.1}
+
+
+def test_the_library_version_is_compared_and_its_skew_reported(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    path = Checkpoint(config={"lr": 0.1}).save(tmp_path / "c", producer={
+        "name": "opencheckpoint-python", "version": "0.0.1", "environment": {"opencheckpoint": "0.0.1"}})
+    with caplog.at_level("WARNING", logger="opencheckpoint"):
+        result = Checkpoint(config={}).load(path)
+    assert result.version_skew
+    assert result.versions["opencheckpoint"] == {"checkpoint": "0.0.1", "runtime": opencheckpoint.__version__,
+                                                 "matches": False}
+    assert "opencheckpoint" in caplog.text
+    same = Checkpoint(config={"lr": 0.1}).save(tmp_path / "d")
+    assert not Checkpoint(config={}).load(same).version_skew
+
+
+def test_a_linear_saved_with_an_explicit_state_dict_adapter_loads_with_the_default_adapter(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    saved = torch.nn.Linear(2, 3)
+    path = Checkpoint().register("m", saved, StateDictAdapter()).save(tmp_path / "c")
+    live = torch.nn.Linear(2, 3)
+    Checkpoint().register("m", live).load(path)
+    assert torch.equal(live.weight, saved.weight) and torch.equal(live.bias, saved.bias)
+    other = torch.nn.Linear(3, 3)  # a module it does not fit is refused, not half loaded
+    before = other.weight.detach().clone()
+    with pytest.raises(IncompatibleComponent):
+        Checkpoint().register("m", other).load(path)
+    assert torch.equal(other.weight, before)

@@ -244,22 +244,35 @@ def test_the_v2_spec_worked_example_shows_the_bytes_the_builder_writes(tmp_path:
         assert ckpt.tree("model")["w"].read_region((1, 0), (1, 4)).tolist() == [[4, 5, 6, 7]]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_grid_count_the_sweep_and_the_pairwise_check_agree_on_overlaps(seed: int) -> None:
+@pytest.mark.parametrize("seed", range(8))
+def test_the_corner_sum_the_sweep_and_a_cell_count_agree_on_tilings(seed: int) -> None:
+    """tiles() (corner sums, and its sweep fallback) against counting the covers of every cell."""
     from opencheckpoint.rules import tiling
 
     rng = np.random.default_rng(seed)
-    starts = rng.integers(0, 20, size=(30, 3))
-    sizes = rng.integers(1, 4, size=(30, 3))
-    starts, sizes = np.vstack([starts, starts[:1]]), np.vstack([sizes, sizes[:1] + 1])  # overlaps row 0 partially
-    if seed % 2:  # disjoint: a grid of 2 x 2 x 2 blocks
-        grid = np.array([(i, j, k) for i in range(0, 6, 2) for j in range(0, 6, 2) for k in range(0, 6, 2)])
-        starts, sizes = grid, np.full_like(grid, 2)
-    grid_answer = tiling._grid_overlap(starts, sizes)
-    sweep_answer = tiling._sweep_overlap(starts, sizes)
-    pairwise_answer = tiling._pairwise_overlap(starts.tolist(), (starts + sizes).tolist())
-    assert (grid_answer is None) == (sweep_answer is None) == (pairwise_answer is None) == bool(seed % 2)
-    for pair in (grid_answer, sweep_answer, pairwise_answer):
-        if pair is not None:
-            i, j = pair
-            assert i != j and np.all((starts[i] < starts[j] + sizes[j]) & (starts[j] < starts[i] + sizes[i]))
+    shape = (4, 5, 3)
+    boxes = [((0, 0, 0), shape)]
+    while len(boxes) < 12:  # a random guillotine tiling: cut one box in two
+        i, axis = int(rng.integers(len(boxes))), int(rng.integers(3))
+        low, high = boxes[i]
+        if high[axis] - low[axis] > 1:
+            cut = int(rng.integers(low[axis] + 1, high[axis]))
+            boxes[i] = (low, (*high[:axis], cut, *high[axis + 1:]))
+            boxes.append(((*low[:axis], cut, *low[axis + 1:]), high))
+    starts = np.array([b[0] for b in boxes])
+    sizes = np.array([b[1] for b in boxes]) - starts
+    if seed % 4 == 1:  # a gap
+        sizes[0, np.argmax(sizes[0])] -= 1
+    elif seed % 4 == 2:  # an overlap (and, elsewhere, a gap of the same count)
+        starts[1] = starts[0]
+    elif seed % 4 == 3:  # an overlap past the shape's count
+        sizes = np.vstack([sizes, [[1, 1, 1]]])
+        starts = np.vstack([starts, starts[:1]])
+        sizes[-1] = 1
+    counts = np.zeros(shape, dtype=int)
+    for low, size in zip(starts, sizes, strict=True):
+        counts[tuple(slice(a, a + n) for a, n in zip(low, size, strict=True))] += 1
+    tiled = bool(np.all(counts == 1))
+    assert tiled == (seed % 4 == 0)
+    assert tiling.tiles(shape, starts, sizes) is tiled
+    assert (tiling._sweep_overlap(starts, sizes) is None) == bool(np.all(counts <= 1))

@@ -106,15 +106,14 @@ def _rank_state(rank: int, size: int) -> dict:
     bounds = np.linspace(0, 6, size + 1).astype(int)
     band = ShardedValue((6, 10), "float32", [rows(int(bounds[rank]), int(bounds[rank + 1]))])
     replica = ShardedValue((6, 10), "float32", [rows(0, 6)] if rank == 0 else [])
-    return {"band": band, "replica": replica, "plain": np.arange(4) * (rank + 1)}
+    return {"band": band, "replica": replica, "plain": np.arange(4)}
 
 
 def test_three_ranks_write_their_own_shard_files_and_the_coordinator_publishes_once(tmp_path: Path) -> None:
     target = tmp_path / "c"
 
     def task(group: ThreadRank) -> Path:
-        return Checkpoint(state=_rank_state(group.rank, 3), config={"r": group.rank}).save(
-            target, process_group=group)
+        return Checkpoint(state=_rank_state(group.rank, 3), config={"r": 1}).save(target, process_group=group)
 
     assert ThreadWorld(3).run(task) == [target] * 3
     state = manifest(target)["components"]["state"]
@@ -122,8 +121,8 @@ def test_three_ranks_write_their_own_shard_files_and_the_coordinator_publishes_o
     stored = read_raw(target, "state")
     np.testing.assert_array_equal(stored["band"], FULL)
     np.testing.assert_array_equal(stored["replica"], FULL)
-    np.testing.assert_array_equal(stored["plain"], np.arange(4))  # plain arrays: the coordinator's
-    assert json.loads((target / "components/config/value.json").read_bytes()) == {"r": 0}
+    np.testing.assert_array_equal(stored["plain"], np.arange(4))  # plain arrays: the coordinator's (all equal)
+    assert json.loads((target / "components/config/value.json").read_bytes()) == {"r": 1}
     assert sorted(os.listdir(tmp_path)) == ["c"]  # no staging or scratch directory left
 
 
@@ -242,3 +241,41 @@ def test_save_arguments_that_differ_per_rank_are_refused_and_nothing_changes(
     assert all(f"{argument}=" in str(r) and "same arguments" in str(r) for r in results), results
     assert (previous / "manifest.json").read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["c"]
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda state, rank: state.update(plain=np.arange(4) * (rank + 1)), "$.plain"),
+    (lambda state, rank: state.update(position={"epoch": 3, "batch": 10 + rank}), "$.position.batch"),
+    (lambda state, rank: state.update(seed=[np.float64(0.5), float("nan") if rank else 0.0]), "$.seed[1]"),
+    (lambda state, rank: state.update(nested=(np.zeros(2, np.uint8), np.full(2, rank, np.uint8))), "$.nested[1]"),
+])
+def test_a_plain_value_that_differs_per_rank_is_refused_naming_it_instead_of_saving_rank_0s(
+        tmp_path: Path, change: object, named: str) -> None:
+    """Issue 25: only rank 0's plain values are stored; one that differs elsewhere was lost in silence."""
+    previous = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "c")
+    before = (previous / "manifest.json").read_bytes()
+
+    def task(group: ThreadRank) -> Path:
+        state = _rank_state(group.rank, 3)
+        change(state, group.rank)  # type: ignore[operator]
+        return Checkpoint(state=state).save(previous, process_group=group)
+
+    results = ThreadWorld(3).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    for result in results:
+        assert f"saved the value at {named} of components/state differing" in str(result), result
+        assert "PerRank" in str(result)
+    assert results[0].field == named
+    assert (previous / "manifest.json").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c"]
+
+
+def test_a_json_component_that_differs_per_rank_is_refused_naming_it(tmp_path: Path) -> None:
+    def task(group: ThreadRank) -> Path:
+        return Checkpoint(state=_rank_state(group.rank, 2), config={"host": f"node-{group.rank}"}).save(
+            tmp_path / "c", process_group=group)
+
+    results = ThreadWorld(2).run(task)
+    assert all(isinstance(r, UnsupportedValue) for r in results), results
+    assert all("'config' component (value.json) differing" in str(r) for r in results), results
+    assert not os.listdir(tmp_path)

@@ -62,7 +62,7 @@ EXEMPT: dict[str, str] = {
     **dict.fromkeys(["R-VER-8", "R-VER-9", "R-VER-10", "R-VER-11", "R-VER-12", "R-VER-13", "R-VER-14"], _CHAIN),
     **dict.fromkeys(["R-DT-2", "R-ERR-1", "R-ERR-2", "R-ERR-3", "R-VER-15"], _META),
     **dict.fromkeys(["R-SHD-13", "R-SHD-14"], _WRITER),
-    **dict.fromkeys(["R-SHD-16", "R-SHD-17", "R-SHD-18", "R-SHD-19", "R-SHD-20"], _COLLECTIVE),
+    **dict.fromkeys(["R-SHD-16", "R-SHD-17", "R-SHD-18", "R-SHD-19", "R-SHD-20", "R-SHD-21"], _COLLECTIVE),
     "R-SHD-15": "a reader behaviour (verify each shard used, open no other): opencheckpoint.read.sharded "
                 "verifies through R-ARR-14's check; tests/core/test_sharded.py pins which shards a region read opens",
     **dict.fromkeys(["R-PUB-22", "R-PUB-23", "R-PUB-24"], _REMOTE),

@@ -15,7 +15,8 @@ from opencheckpoint.tools.schema_export import build_schemas, export_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas" / "v1"
-#: The parts of the format version 1 text (core, archive profile, conformance).
+#: The parts of the format version 1 text (core, archive profile, conformance) and the informative notes on the
+#: core, which hold most of the JSON examples (Appendix A's manifest, §6.1, §7.1, §13.2).
 SPEC_PARTS = sorted((ROOT / "spec").glob("opencheckpoint-v1*.md"))
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from ..format import frameworks as registry
 from ..format.errors import IncompatibleComponent
 from ..format.strict_json import is_json_value
+from ..read.restore_plan import fit_structure
 from . import numpy_rng
 from .component_io import ComponentReader, ComponentWriter
 from .conform import conform
@@ -75,6 +76,7 @@ __all__ = [
     "read_state",
     "register_adapter",
     "resolve_adapter",
+    "stored_kind_adapter",
     "write_state",
 ]
 
@@ -148,10 +150,11 @@ class TreeAdapter(Adapter):
                 _check_bare_array(value, reader)
             # Arrays that fit are filled where they are (no intermediate copy), after every array
             # of the component passed its checks (CheckpointReader.prepare_into).
+            reader.per_rank(reader.reader.decoded_layout(reader.name)[0].root, value)  # refused now, not later
             fill = reader.prepare_into(value)
 
             def apply_numpy() -> Any:
-                loaded = fill()
+                loaded = reader.per_rank(fill(), value)
                 if isinstance(value, np.ndarray) and isinstance(loaded, np.ndarray):
                     if value.flags.writeable and loaded is not value:
                         np.copyto(value, loaded)
@@ -167,7 +170,10 @@ class TreeAdapter(Adapter):
             return PreparedRestore(apply_numpy)
         # Framework leaves (torch tensors in a plain dict): the live leaf's type decides what
         # each stored array becomes; exact fits are copied into the live tensors in phase 2.
-        conformed = conform(reader.tree("numpy"), value, map_location=reader.map_location, in_place=True)
+        stored = reader.tree("numpy")
+        if reader.plan.selects:  # renamed key paths: flat for a flat target, nested for a nested one
+            stored = fit_structure(stored, value)
+        conformed = conform(reader.per_rank(stored, value), value, map_location=reader.map_location, in_place=True)
 
         def apply() -> Any:
             conformed.copy_into_live()
@@ -217,6 +223,22 @@ def _lookup(registry: list[tuple[type, Adapter]], value: Any) -> Adapter | None:
         if isinstance(value, component_type):
             return adapter
     return None
+
+
+def stored_kind_adapter(value: Any, chosen: Adapter, stored_kind: str) -> Adapter:
+    """The adapter for loading a plain dict or list: :class:`TreeAdapter` or :class:`JsonAdapter` as the
+    component was stored, whichever of the two :func:`resolve_adapter` picked from the live value.
+
+    >>> type(stored_kind_adapter({}, JsonAdapter(), "tree")).__name__
+    'TreeAdapter'
+    """
+    if type(value) not in (dict, list) or type(chosen) not in (JsonAdapter, TreeAdapter):
+        return chosen
+    if stored_kind == "tree" and type(chosen) is JsonAdapter:
+        return TreeAdapter()
+    if stored_kind == "json" and type(chosen) is TreeAdapter:
+        return JsonAdapter()
+    return chosen
 
 
 def resolve_adapter(value: Any, instance_registry: list[tuple[type, Adapter]] | None = None) -> Adapter:

@@ -131,6 +131,9 @@ class ComponentReader:
     #: the kind version the adapter reads: a third-party kind stored at an older version is brought to
     #: it by the migrations registered with :func:`opencheckpoint.register_migration` (:meth:`files`)
     kind_version: int | None = None
+    #: this process's rank and the number of ranks of the load (:mod:`opencheckpoint.read.per_rank`)
+    rank: int = 0
+    world_size: int = 1
     #: what a ``strict="warn"``/``"ignore"`` restore left out (missing, unexpected, mismatched entries), one
     #: line per kind of problem; the load reports it in ``LoadResult.partial``
     not_restored: list[str] = field(default_factory=list)
@@ -138,6 +141,18 @@ class ComponentReader:
     @property
     def record(self) -> Any:
         return self.reader.record(self.name)
+
+    def per_rank(self, tree: Any, live: Any) -> Any:
+        """``tree`` with each per-rank value resolved for this rank (``live``'s ``PerRank`` gives the policy);
+        raises :class:`IncompatibleComponent` (in phase 1) where a value cannot be."""
+        from ..read.per_rank import holds_per_rank, resolve
+
+        if not holds_per_rank(tree):
+            return tree
+        try:
+            return resolve(tree, live, rank=self.rank, world_size=self.world_size)
+        except IncompatibleComponent as exc:
+            raise exc.at(file=f"component {self.name!r}") from None
 
     def tree(self, framework: str = "numpy", *, embedded: bool = False) -> Any:
         """The stored tree, its key paths selected and renamed by :attr:`plan` (``embedded``: optimizer

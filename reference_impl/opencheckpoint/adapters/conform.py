@@ -37,6 +37,7 @@ import numpy as np
 
 from ..format.dtypes import dtype_name
 from ..tree.nodes import NamedTupleValue, PRNGKeyValue
+from ..tree.per_rank import PerRank
 
 _ABSENT: Any = object()
 
@@ -100,6 +101,9 @@ def conform(stored: Any, live: Any, *, map_location: Any = None, in_place: bool 
 
 def _conform(stored: Any, live: Any, default: str, map_location: Any, in_place: bool, out: Conformed,
              converted: dict[int, Any]) -> Any:
+    if isinstance(live, PerRank):  # this rank's value (resolved by the reader) comes back wrapped as it was
+        inner = live.value if live.resize != "all" else _ABSENT
+        return PerRank(_conform(stored, inner, default, map_location, in_place, out, converted), live.resize)
     if isinstance(stored, (np.ndarray, np.dtype)):
         return _leaf(stored, live, default, map_location, in_place, out, converted)
     if isinstance(stored, PRNGKeyValue):

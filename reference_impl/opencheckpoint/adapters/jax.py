@@ -54,7 +54,7 @@ import numpy as np
 from ..format import frameworks as registry
 from ..format.errors import CheckpointError, IncompatibleComponent
 from ..read.casting import CastPolicy
-from ..read.restore_plan import Rename, RestorePlan
+from ..read.restore_plan import Rename, RestorePlan, check_renames
 from ..tree.nodes import NamedTupleValue
 from . import flax_struct, jax_sharding
 from .base import Adapter, ComponentReader, ComponentWriter, PreparedRestore
@@ -255,6 +255,7 @@ def restore_nnx(
             stored = (jax_sharding.lazy_tree(reader, name) if regions
                       else reader.read(name, framework="numpy", verify=verify))
             pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
+            check_renames([(name, plan)])
         _settle(matcher, strict, name)
     except CheckpointError as exc:
         raise exc.at(file=str(path), field=f"components.{name}") from None

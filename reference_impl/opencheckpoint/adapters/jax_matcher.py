@@ -109,6 +109,8 @@ class TreeMatcher:
         self.wrong: list[str] = []
         self.unfilled: list[str] = []
         self._updates: list[Callable[[], None]] = []
+        self._dotted_for: dict[str, Any] | None = None
+        self._dotted: dict[str, str] = {}
 
     @property
     def problems(self) -> list[str]:
@@ -166,14 +168,26 @@ class TreeMatcher:
 
     def _leaf(self, target: Any, leaves: dict[str, Any], used: set[str], path: str) -> Any:
         if path not in leaves:
-            self.missing.append(path)
-            return self._keep(target, path)
+            path_found = self._by_key_path(leaves).get(_dotted(path))
+            if path_found is None or path_found in used:
+                self.missing.append(path)
+                return self._keep(target, path)
+            path, leaves = path_found, {path_found: leaves[path_found]}  # a flat key path of a nested leaf
         used.add(path)
         try:
             return self._convert(target, leaves[path], path)
         except _Mismatch as exc:
             self.wrong.append(f"{path}: {exc}")
             return self._keep(target, path)
+
+    def _by_key_path(self, leaves: dict[str, Any]) -> dict[str, str]:
+        """The stored leaves by dotted key path (``encoder.layers.0.kernel``), so that a flat stored tree (a
+        torch state dict, or one ``rename=`` gave dotted keys) fills a nested target (NNX state) and back."""
+        if self._dotted_for is not leaves:
+            self._dotted_for, self._dotted = leaves, {}
+            for stored in leaves:
+                self._dotted.setdefault(_dotted(stored), stored)
+        return self._dotted
 
     def _keep(self, target: Any, path: str) -> Any:
         if isinstance(target, jax.ShapeDtypeStruct):
@@ -323,6 +337,7 @@ def _matcher(reader: ComponentReader, value: Any) -> tuple[TreeMatcher, Any]:
         stored = reader.plan.apply(jax_sharding.lazy_tree(reader.reader, reader.name), reader.name, embedded=embedded)
     else:
         stored = reader.tree("numpy", embedded=embedded)
+    stored = reader.per_rank(stored, value)  # per-rank values: this process's own
     return TreeMatcher(reader.map_location, reader.plan.caster, reader.name, reader.verify), stored
 
 

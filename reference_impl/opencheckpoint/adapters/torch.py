@@ -49,7 +49,7 @@ from ..tree.encode import NOT_HANDLED
 from ..tree.nodes import DtypeValue
 from .component_io import ComponentReader, ComponentWriter
 from .protocol import Adapter, PreparedRestore
-from .state_dict import read_state, write_state
+from .state_dict import ATTRIBUTES_KEY, StateDictAdapter, read_state, write_state
 from .torch_kept import MapRanges, load_owning
 from .torch_tensors import (
     _VIEWS,
@@ -239,8 +239,13 @@ class ModuleAdapter(Adapter):
         writer.write_tree(dict(state))
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+        if _saved_by_state_dict_adapter(reader):
+            return StateDictAdapter().prepare(value, reader, strict=strict)
+        return self._prepare_module(value, reader, strict=strict)
+
+    def _prepare_module(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         own = value.state_dict()
-        if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds
+        if _holds_dtensors(own):  # a sharded module: each rank reads only the regions it holds (renamed there)
             from .torch_dtensor import read_module_state
 
             stored = read_module_state(reader, own)
@@ -248,8 +253,9 @@ class ModuleAdapter(Adapter):
             stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
+        if not _holds_dtensors(own) and reader.plan.selects:  # rename= / subtree= (a copy; as stored without)
+            stored = reader.plan.apply_flat(stored, reader.name)
         ranges = MapRanges(() if _holds_dtensors(own) else stored.values())  # where the map's views live
-        stored = reader.plan.apply_flat(stored, reader.name)  # rename= / subtree= (a copy; as stored without them)
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own]
         mismatched = []
@@ -297,6 +303,14 @@ class ModuleAdapter(Adapter):
                               + "; ".join(problems), stacklevel=5)
 
         return PreparedRestore(apply)
+
+
+def _saved_by_state_dict_adapter(reader: ComponentReader) -> bool:
+    """Whether the module was saved with an explicit ``StateDictAdapter()``: its layout (``{"state",
+    "attributes"}``, the state dict's ``_metadata`` kept), read back by that adapter through the module's
+    own ``load_state_dict``."""
+    metadata = reader.record.metadata
+    return isinstance(metadata, dict) and metadata.get(ATTRIBUTES_KEY) is not None
 
 
 def _loader(module: torch.nn.Module, *, strict: bool) -> Callable[[Any], None]:

@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
+from ..read.restore_layout import PermutedHandle
 from ..read.sharded import ComponentFiles, ShardedReads
 from ..tree.nodes import ShardedArrayRef
 from ..tree.refusals import refuse
@@ -193,6 +194,8 @@ class RegionReads:
 
     def block(self, handle: Any, start: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
         """The block ``start .. start + size`` of a stored array handle (read-only; a view when it can be)."""
+        if isinstance(handle, PermutedHandle):  # a source map's transpose: the stored region holding this one
+            return handle.permute(self.block(handle.base, *handle.stored_region(start, size)))
         ref = getattr(handle, "ref", None)
         if isinstance(ref, ShardedArrayRef):
             if self._files is None:
@@ -216,7 +219,8 @@ def _is_handle(value: Any) -> bool:
 
 
 def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
-    """A stored module state dict for ``live``: DTensor targets get DTensors of their local region only.
+    """A stored module state dict for ``live``, with ``rename=``/``subtree=`` applied (the result has the live
+    names): DTensor targets get DTensors of their local region only.
 
     An entry whose live tensor is a DTensor of the same global shape reads the
     block this rank holds (:class:`RegionReads`: verified views of the shard
@@ -226,10 +230,17 @@ def read_module_state(reader: ComponentReader, live: Mapping[str, Any]) -> Any:
     lazy = reader.reader.tree(reader.name)
     if not isinstance(lazy, dict):
         return lazy
+    if reader.plan.selects:
+        # rename= / subtree= (and a source map's transposes) act on the handles, before any read: each entry is
+        # looked up in the live module by its renamed key, and a permuted one reads its permuted region only.
+        lazy = reader.plan.apply_flat(lazy, reader.name)
     reads = RegionReads(reader)
     out: dict[str, Any] = {}
     for key, handle in lazy.items():
         target = live.get(key)
+        if reader.plan.selects and target is None and _is_handle(handle):
+            out[key] = handle  # not in the module: reported by name, never read
+            continue
         if not _is_handle(handle):
             out[key] = handle
         elif isinstance(target, DTensor) and tuple(handle.shape) == tuple(target.shape):

@@ -36,10 +36,12 @@ def error_line(exc: CheckpointError) -> str:
 
 
 def capabilities() -> dict[str, Any]:
-    """The capabilities object (R-RDR-9): the reference implementation skips nothing."""
+    """The capabilities object (R-RDR-9): the reference implementation skips nothing and implements the
+    opt-in capability ``sharding`` (format version 2, spec §S.8)."""
     from .. import __version__
 
-    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {}}
+    return {"implementation": IMPLEMENTATION, "version": __version__, "modes": ["read", "write"], "skip": {},
+            "implements": ["sharding"]}
 
 
 def dumps(document: Any) -> str:

@@ -10,6 +10,9 @@ are generated from these models by ``opencheckpoint schema export``.
 []
 >>> CapabilitiesModel.model_validate({"implementation": "x", "version": "1", "modes": ["read"], "skip": {}}).modes
 ['read']
+>>> CapabilitiesModel.model_validate({"implementation": "x", "version": "2", "modes": ["read"], "skip": {},
+...     "implements": ["sharding"]}).implements
+['sharding']
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ ERROR_CLASS_NAMES = (
 CAPABILITIES = ("archive", "old-fallback", "sharding", "symlinks")
 #: Capabilities whose cases only readers run: writers do not produce them from a rendering (format v2, §S.8).
 READER_ONLY = frozenset({"sharding"})
+#: Capabilities added after the format version 1 text 1.0 (§S.8): opt-in, implemented only where ``CMD
+#: capabilities`` names them in ``implements``, so a version 1 reader that declares nothing stays conforming.
+OPT_IN = ("sharding",)
 
 #: A requirement ID, a section number, an Appendix B section or a section S.n of the format version 2 text.
 SECTION_PATTERN = r"^(R-[A-Z]+-[0-9]+|[0-9]+(\.[0-9]+)*|[BS](\.[0-9]+)?)$"
@@ -86,6 +92,18 @@ class CapabilitiesModel(_Doc):
     modes: list[Literal["read", "write"]] = Field(min_length=1, description="Protocol modes implemented.")
     skip: dict[Literal["archive", "old-fallback", "sharding"], Annotated[str, Field(min_length=1)]] = Field(
         description="Skipped optional capability (spec Table 17-1) -> reason.")
+    implements: list[Literal[OPT_IN]] = Field(  # type: ignore[valid-type]  # Literal[*tuple]: pydantic reads it
+        default_factory=list, description="Opt-in capabilities (added after format version 1, spec §S.8) the "
+                                          "implementation implements; one not named here is skipped.")
+
+    @model_validator(mode="after")
+    def _implemented_or_skipped(self) -> CapabilitiesModel:
+        both = sorted(set(self.implements) & set(self.skip))
+        if both:
+            raise ValueError(f"capabilities {both} are both implemented and skipped")
+        if len(set(self.implements)) != len(self.implements):
+            raise ValueError("implements names a capability twice")
+        return self
 
 
 # -- expected.json (Appendix B) --------------------------------------------------------------

@@ -44,8 +44,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @cache
-def _skips(argv: tuple[str, ...], timeout: float) -> dict[str, str]:
-    return dict(capabilities_of(Command(list(argv), timeout=timeout)).skip.items())
+def _capabilities(argv: tuple[str, ...], timeout: float) -> tuple[dict[str, str], frozenset[str]]:
+    """The command's skipped capabilities and the opt-in ones it implements (spec §S.8)."""
+    caps = capabilities_of(Command(list(argv), timeout=timeout))
+    return dict(caps.skip.items()), frozenset(caps.implements)
 
 
 @dataclass
@@ -61,9 +63,9 @@ class ConformanceCase:
         if not self.command:
             pytest.skip(f"no {self.mode} command (--oc-{self.mode} or OC_{self.mode.upper()})")
         command = Command(self.command, timeout=self.timeout)
-        skip = _skips(tuple(command.argv), self.timeout)
+        skip, implements = _capabilities(tuple(command.argv), self.timeout)
         if self.mode == "reader":
-            outcome = run_reader_case(self.case, command, skip)
+            outcome = run_reader_case(self.case, command, skip, implements)
         else:
             with tempfile.TemporaryDirectory(prefix="oc-conformance-") as tmp:
                 outcome = run_writer_case(self.case, command, skip, Path(tmp))

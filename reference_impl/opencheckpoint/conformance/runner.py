@@ -27,14 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .canonical import first_difference, is_complete, render_checkpoint, writer_view
-from .models import READER_ONLY, CapabilitiesModel, CaseModel
+from .models import OPT_IN, READER_ONLY, CapabilitiesModel, CaseModel
 from .report import Outcome as Outcome
 from .report import Report as Report
 from .report import print_report, rule_advisory
@@ -194,20 +194,25 @@ def _symlinks_present(case: Case) -> bool:
     return any(p.is_symlink() for p in case.directory.rglob("*"))
 
 
-def _skip_reason(case: Case, skip: dict[str, str]) -> str | None:
+def _skip_reason(case: Case, skip: dict[str, str], implements: Collection[str] = OPT_IN) -> str | None:
+    """Why the case is skipped: a capability it requires is skipped, or opt-in and not implemented (§S.8)."""
     for capability in case.meta.requires:
         if capability in skip:
             return f"capability {capability!r} skipped: {skip[capability]}"
+        if capability in OPT_IN and capability not in implements:
+            return (f"capability {capability!r} not implemented (opt-in: not named in 'implements' of CMD "
+                    "capabilities, spec §S.8)")
         if capability == "symlinks" and not _symlinks_present(case):
             return "this checkout has no symbolic links (core.symlinks=false?)"
     return None
 
 
-def run_reader_case(case: Case, command: Command, skip: dict[str, str]) -> Outcome:
+def run_reader_case(case: Case, command: Command, skip: dict[str, str],
+                    implements: Collection[str] = OPT_IN) -> Outcome:
     """Run ``CMD read`` on one case and judge it."""
     started = time.perf_counter()
     outcome = Outcome(case.id, "reader", "pass", spec_sections=list(case.meta.spec_sections))
-    reason = _skip_reason(case, skip)
+    reason = _skip_reason(case, skip, implements)
     if reason:
         outcome.status, outcome.detail = "skip", reason
         return outcome
@@ -336,10 +341,12 @@ def run(
         caps = capabilities_of(command)
         report.capabilities["reader"] = caps.model_dump()
         skip: dict[str, str] = dict(caps.skip.items())
+        implements = frozenset(caps.implements)
         if "read" not in caps.modes:
             raise RuntimeError(f"{command} does not declare mode 'read'")
         with ThreadPoolExecutor(workers) as pool:
-            report.outcomes += [finish(o) for o in pool.map(lambda c: run_reader_case(c, command, skip), cases)]
+            report.outcomes += [finish(o) for o in
+                                pool.map(lambda c: run_reader_case(c, command, skip, implements), cases)]
     if writer is not None:
         command = Command(writer, timeout=timeout) if not isinstance(writer, Command) else writer
         caps = capabilities_of(command)

@@ -77,6 +77,10 @@ class Source(abc.ABC):
     def read_manifest(self) -> bytes:
         """The bytes of ``manifest.json`` (steps 2 and 3: R-CON-1, R-CON-4, R-LIM-1)."""
 
+    #: Listed files opened, and their size checked (R-CHK-6), on their first read instead of at opening: the
+    #: shard data files of sharded arrays, most of which one rank never reads (set by the opener, step 10).
+    deferred: frozenset[str] = frozenset()
+
     @abc.abstractmethod
     def inventory(self) -> tuple[dict[str, int], list[CheckpointError], list[str]]:
         """Step 10: every regular file (``manifest.json`` included) -> size, the errors found

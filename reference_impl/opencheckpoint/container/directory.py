@@ -84,7 +84,9 @@ class DirectorySource(Source):
         listed = list(rels)
         self._listed = frozenset(listed)
         budget = pin_budget()
-        for rel in listed[:budget]:
+        # Deferred files (shard data files) are opened on their first read, through the root descriptor held
+        # since opening: a file of this checkpoint, or, once it was replaced and deleted, ConcurrentModification.
+        for rel in [rel for rel in listed if rel not in self.deferred][:budget]:
             if rel not in self._pinned:
                 try:
                     self._pinned[rel] = self._open_path(rel, pinning=True)
@@ -97,6 +99,9 @@ class DirectorySource(Source):
         if pinned is not None:
             return os.dup(pinned)
         try:
+            if rel in self.deferred:  # pinned from its first read on: later reads get this same file
+                self._pinned[rel] = self._open_path(rel)
+                return os.dup(self._pinned[rel])
             return self._open_path(rel)
         except MissingFile as exc:
             if rel in self._listed:
@@ -168,6 +173,8 @@ class DirectorySource(Source):
                                 stack.append((rel + "/", os.open(name, _DIR_FLAGS, dir_fd=fd)))
                             except OSError as exc:
                                 failure = exc
+                        elif kind == "file" and rel in self.deferred:
+                            found[rel] = -1  # present; its size is checked when it is first opened (R-CHK-6)
                         elif kind == "file":
                             try:
                                 found[rel] = entry.stat(follow_symlinks=False).st_size

@@ -118,6 +118,22 @@ def _zip64_values(extra: bytes, wanted: list[tuple[str, int, int]], where: str, 
 
 
 
+def _local_zip64_sizes(extra: bytes, usize: int, csize: int, where: str, file: str) -> dict[str, int]:
+    """A local header's sizes (R-ZIP-15): where either is saturated, its ZIP64 extra field holds both,
+    uncompressed first, 8 bytes each ([APPNOTE] 4.5.3), and each saturated size is taken from its own place;
+    a field of 8 bytes holding one size is too short, whichever size is saturated."""
+    sizes = {"uncompressed size": usize, "compressed size": csize}
+    if _U32 not in (usize, csize):
+        return sizes
+    body = _extra_fields(extra).get(_ZIP64_EXTRA)
+    raise_if(ZIP.check("R-ZIP-15", where, "uncompressed and compressed size (a local ZIP64 extra field holds both)",
+                       True, body is not None and len(body) >= 16, file=file))
+    assert body is not None  # for mypy: supplied above
+    for position, name in enumerate(tuple(sizes)):
+        if sizes[name] == _U32:
+            sizes[name] = int.from_bytes(body[8 * position : 8 * position + 8], "little")
+    return sizes
+
 
 @dataclass
 class EndRecord:
@@ -335,8 +351,7 @@ def _local_fields_error(member: Member, where: str, fields: tuple[int, int, int,
         return ArchiveError("local header CRC-32 differs from the central directory entry's", file=name,
                             field=f"{where}: crc-32", rule="R-ZIP-13")
     try:
-        sizes = _zip64_values(local_extra, [("uncompressed size", usize, 8), ("compressed size", csize, 8)],
-                              f"{where}: ZIP64 extra field", name)
+        sizes = _local_zip64_sizes(local_extra, usize, csize, f"{where}: ZIP64 extra field", name)
     except ArchiveError as exc:
         return exc
     if (sizes["uncompressed size"], sizes["compressed size"]) != (member.size, member.csize):

@@ -179,8 +179,10 @@ def verify_manifest_checksum(data: bytes) -> None:
 class _Found:
     """The errors of step 7, in order: each comes from its rule table's dispatcher (:data:`V1`, :data:`V2`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, written_version: int) -> None:
         self.errors: list[CheckpointError] = []
+        #: the format_version the file states (before migration): a rule of a later version is not checked
+        self.written_version = written_version
 
     def check(self, rule: str, where: str, *args: Any) -> None:
         error = (V2 if rule in V2.rules else V1).check(rule, where, *args)
@@ -202,9 +204,15 @@ class _Found:
                 self.check(extra_rule, f"{where}{field_of(name)[1:]}", name)
 
 
-def structure_errors(raw: dict[str, Any]) -> list[CheckpointError]:
-    """Step 7: every member rule, in the order of the spec's tables, each checked by its rule's function."""
-    found = _Found()
+def structure_errors(raw: dict[str, Any], written_version: int | None = None) -> list[CheckpointError]:
+    """Step 7: every member rule, in the order of the spec's tables, each checked by its rule's function.
+
+    ``written_version`` is the ``format_version`` the file states (default: ``raw``'s): R-SHD-3 is a rule of
+    format version 2 and is not checked in a version 1 checkpoint, whose kind_version 2 tree is R-SHD-2's
+    (step 12) whatever its inventory (spec §S.2).
+    """
+    stated = raw.get("format_version")
+    found = _Found(written_version if written_version is not None else stated if type(stated) is int else 1)
     found.members(raw, _TOP_LEVEL, _TOP_LEVEL, "$", "R-MAN-11", "R-MAN-12")
     if "checkpoint_id" in raw:
         found.check("R-MAN-13", "$.checkpoint_id", raw["checkpoint_id"])
@@ -299,7 +307,7 @@ def _component_errors(name: str, record: Any, found: _Found) -> int:
         _entry_errors(f"{where}.files{field_of(rel)[1:]}", entry, found)
     if kind in ("tree", "json") and record.get("kind_version") == 1:
         found.check("R-CMP-16" if kind == "tree" else "R-CMP-17", where + ".files", files)
-    elif kind == "tree" and record.get("kind_version") == 2:
+    elif kind == "tree" and record.get("kind_version") == 2 and found.written_version >= 2:
         found.check("R-SHD-3", where + ".files", files)
     return len(files)
 
@@ -432,7 +440,7 @@ def parse_manifest(
     if written_version >= 1:  # the checksum suffix is a rule of every format version from 1 on
         verify_manifest_checksum(data)
     migrated = chain.migrate_manifest(raw)
-    _raise_first(structure_errors(migrated), issues)
+    _raise_first(structure_errors(migrated, written_version), issues)
     _raise_first(path_errors(migrated), issues)
     manifest = typed_view(migrated)
     for name, extension in manifest.extensions.items():

@@ -19,20 +19,23 @@ from ..format.errors import CheckpointError, ConcurrentModification, NotACheckpo
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
 from ..rules import raise_if, required
 from ..rules.container import CON
+from ..rules.v2 import is_shard_file
 
 Understood = Collection[str] | Mapping[str, int]
 
 
 def open_verified(
-    path: Path, understood: Understood, issues: list[CheckpointError] | None, check_files: bool = True
+    path: Path, understood: Understood, issues: list[CheckpointError] | None, check_files: bool = True,
+    defer: bool = False,
 ) -> tuple[Path, Source, ParsedManifest]:
     """Steps 1-11 for ``path``: where the checkpoint was found, its open source, its parsed manifest.
 
     ``issues`` receives every further error of the steps that can report several; the first is raised.
-    ``check_files=False`` stops after step 9 (manifest and paths).
+    ``check_files=False`` stops after step 9 (manifest and paths). ``defer``: shard data files are opened
+    and sized on their first read (:func:`deferred_files`; the read path), not now (``validate``).
     """
     raise_if(CON.check("R-PUB-12", None, path.name, file=str(path)))
-    return _open_consistent(path, understood, issues, check_files)
+    return _open_consistent(path, understood, issues, check_files, defer)
 
 
 def _raise_first(errors: list[CheckpointError], issues: list[CheckpointError] | None) -> None:
@@ -47,12 +50,13 @@ def _open_at(
     understood: Understood,
     issues: list[CheckpointError] | None,
     check_files: bool = True,
+    defer: bool = False,
 ) -> tuple[Source, ParsedManifest]:
     """Steps 1-11 for a path that exists."""
     check_locatable(target)
     source = open_source(target)
     try:
-        parsed = parse_and_pin(source, source.read_manifest(), understood, issues, check_files)
+        parsed = parse_and_pin(source, source.read_manifest(), understood, issues, check_files, defer)
     except BaseException:
         source.close()
         raise
@@ -60,15 +64,30 @@ def _open_at(
 
 
 def parse_and_pin(source: Source, manifest: bytes, understood: Understood, issues: list[CheckpointError] | None,
-                  check_files: bool) -> ParsedManifest:
+                  check_files: bool, defer: bool = False) -> ParsedManifest:
     """Steps 3-11 on a manifest read from ``source`` (local or remote): parse it, then (``check_files``)
-    check the inventory and pin the files it lists."""
+    check the inventory and pin the files it lists (``defer``: but the shard data files)."""
     parsed = parse_manifest(manifest, understood_extensions=understood, issues=issues)
     if check_files:
+        source.deferred = deferred_files(parsed) if defer else frozenset()
         check_inventory(source, parsed, issues)
         # From here on a writer replacing the checkpoint cannot take its files away (R-RDR-14).
         source.pin(parsed.file_paths())
     return parsed
+
+
+def deferred_files(parsed: ParsedManifest) -> frozenset[str]:
+    """The shard data files of the ``tree`` components of kind_version 2 (``components/m/shards/rank-00003.bin``).
+
+    A rank of a sharded load reads a few of them: opening (and sizing) all of them on every rank would cost
+    N opens per rank, N² on a shared file system. Their presence is checked with the rest (step 10, from the
+    directory listing); their size (step 11) and the descriptor that holds them when they are first read.
+    """
+    if parsed.written_version < 2:
+        return frozenset()
+    components = parsed.manifest.components
+    return frozenset(rel for rel, (name, key) in parsed.file_paths().items()
+                     if is_shard_file(key) and components[name].kind == "tree" and components[name].kind_version == 2)
 
 
 def _open_once(
@@ -76,10 +95,11 @@ def _open_once(
     understood: Understood,
     issues: list[CheckpointError] | None,
     check_files: bool,
+    defer: bool = False,
 ) -> tuple[Path, Source, ParsedManifest]:
     """Steps 1-11 once: the target if it exists, else the R-PUB-13 fallback."""
     if os.path.exists(target):
-        return (target, *_open_at(target, understood, issues, check_files))
+        return (target, *_open_at(target, understood, issues, check_files, defer))
     return _open_fallback(target, understood)
 
 
@@ -88,6 +108,7 @@ def _open_consistent(
     understood: Understood,
     issues: list[CheckpointError] | None,
     check_files: bool,
+    defer: bool = False,
 ) -> tuple[Path, Source, ParsedManifest]:
     """Open ``target``; if it failed because another process replaced the checkpoint meanwhile, once more.
 
@@ -101,7 +122,7 @@ def _open_consistent(
         before = identity(target)
         found: list[CheckpointError] | None = [] if issues is not None else None
         try:
-            return _open_once(target, understood, found, check_files)
+            return _open_once(target, understood, found, check_files, defer)
         except CheckpointError as exc:
             error: CheckpointError = exc
         except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
@@ -151,6 +172,8 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
     _raise_first(errors, issues)
     components = parsed.manifest.components
     for rel, (component, key) in listed.items():
+        if files[rel] < 0:  # a deferred file: sized when first opened
+            continue
         error = CON.check("R-CHK-6", field_of("components", component, "files", key, "size"), files[rel],
                           components[component].files[key].size, file=rel)
         if error is not None:

@@ -50,8 +50,12 @@ class CheckpointReader(CheckpointSteps):
 
     Opening (steps 1-11) and the per-component steps 12-15 are those of
     :class:`~opencheckpoint.read.steps.CheckpointSteps`; this class adds reading
-    array bytes and handing them to a framework.
+    array bytes and handing them to a framework. The shard data files of
+    sharded arrays are opened (and their size checked) when a read first needs
+    one: a rank of a sharded load opens the few it reads, not every rank's.
     """
+
+    defer_shard_files = True
 
     def tree(self, name: str) -> Any:
         """The component's tree with :class:`LazyArray` leaves (sharded arrays: :class:`LazyShardedArray`),
@@ -268,7 +272,7 @@ def read_component(
     <opencheckpoint.Checkpoint.load>` (:mod:`opencheckpoint.read.restore_plan`). ``progress``: ``True`` (a bar
     on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`opencheckpoint.progress`), per component.
     """
-    from .restore_plan import RestorePlan  # restore-side option: kept out of the reader's own imports
+    from .restore_plan import RestorePlan, check_renames  # restore-side option: kept out of the reader's imports
 
     plan = RestorePlan(rename, subtree)
     value: Any = None
@@ -285,6 +289,8 @@ def read_component(
             if attempt:
                 raise
     try:
-        return plan.apply(value, name)
+        out = plan.apply(value, name)
+        check_renames([(name, plan)])
+        return out
     except CheckpointError as exc:
         raise exc.at(file=str(path), field=f"components.{name}") from None

@@ -33,22 +33,32 @@ from typing import Any
 from ..format.errors import IncompatibleComponent
 from ..tree.nodes import NamedTupleValue
 from .casting import Caster, CastPolicy, Conversion
+from .restore_layout import axes_of, permute_value
 
 #: ``rename=``: key-path prefixes (``{"module.": ""}``) or a callable from a stored key path to the target's
 #: key path (``None`` drops the entry).
 Rename = Mapping[str, str] | Callable[[str], "str | None"]
 
 
+#: How many stored key paths a plan keeps to name in an error.
+_SEEN = 256
+
+
 def _strip(prefix: str) -> str:
     return prefix[:-1] if prefix.endswith(".") else prefix
 
 
-def _rename_at(path: str, rules: list[tuple[str, str]]) -> str | None:
-    """``path`` renamed by the first (longest) matching prefix rule; None when no rule matches."""
-    for old, new in rules:
+def _rename_at(path: str, rules: list[tuple[str, str, str]], matched: set[str] | None = None) -> str | None:
+    """``path`` renamed by the first (longest) matching prefix rule; None when no rule matches. The rule that
+    matched is added to ``matched`` (by its key as the caller spelled it)."""
+    for old, new, given in rules:
         if old == "":
+            if matched is not None:
+                matched.add(given)
             return f"{new}.{path}" if new else path
         if path == old or path.startswith(old + "."):
+            if matched is not None:
+                matched.add(given)
             rest = path[len(old):].lstrip(".")
             return f"{new}.{rest}" if new and rest else (new or rest)
     return None
@@ -66,15 +76,17 @@ class Renamer:
     boundary. A callable receives the full stored key path.
     """
 
-    def __init__(self, rename: Rename, *, embedded: bool = False) -> None:
+    def __init__(self, rename: Rename, *, embedded: bool = False, matched: set[str] | None = None) -> None:
         self.embedded = embedded
+        #: the mapping's keys that matched a path so far (when given: :meth:`RestorePlan.unmatched`)
+        self.matched = matched
         self._call: Callable[[str], str | None] | None = None
-        self._rules: list[tuple[str, str]] = []
+        self._rules: list[tuple[str, str, str]] = []
         if isinstance(rename, Mapping):
             for old, new in rename.items():
                 if type(old) is not str or type(new) is not str:
                     raise TypeError(f"rename mapping entries must be str -> str, got {old!r}: {new!r}")
-            self._rules = sorted(((_strip(o), _strip(n)) for o, n in rename.items()), key=lambda r: -len(r[0]))
+            self._rules = sorted(((_strip(o), _strip(n), o) for o, n in rename.items()), key=lambda r: -len(r[0]))
         elif callable(rename):
             self._call = rename
         else:
@@ -83,15 +95,15 @@ class Renamer:
     def __call__(self, path: str) -> str | None:
         if self._call is not None:
             result = self._call(path)
-            if result is not None and type(result) is not str:
+            if result is not None and not isinstance(result, str):
                 raise TypeError(f"rename callable returned {type(result).__name__} for {path!r}; expected str or None")
             return result
-        renamed = _rename_at(path, self._rules)
+        renamed = _rename_at(path, self._rules, self.matched)
         if renamed is not None or not self.embedded:
             return path if renamed is None else renamed
         parts = path.split(".")
         for index in range(1, len(parts)):
-            tail = _rename_at(".".join(parts[index:]), [r for r in self._rules if r[0]])
+            tail = _rename_at(".".join(parts[index:]), [r for r in self._rules if r[0]], self.matched)
             if tail is not None:
                 head = ".".join(parts[:index])
                 return f"{head}.{tail}" if tail else head
@@ -115,6 +127,12 @@ class RestorePlan:
     cast: CastPolicy = None
     unused: list[str] = field(default_factory=list)
     caster: Caster = field(init=False)
+    #: the keys of a ``rename`` mapping that matched a stored key path (filled by :meth:`apply`)
+    matched: set[str] = field(default_factory=set)
+    #: whether :meth:`apply` (or :meth:`apply_flat`) ran: only then does :attr:`matched` say anything
+    applied: bool = False
+    #: the first stored key paths :meth:`apply` saw (named by the error of a key that matched none)
+    seen: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.subtree is not None and (type(self.subtree) is not str or not _strip(self.subtree)):
@@ -132,9 +150,17 @@ class RestorePlan:
     def conversions(self) -> list[Conversion]:
         return self.caster.conversions
 
-    def renamer(self, *, embedded: bool = False) -> Callable[[str], str | None]:
-        """The key-path map: ``rename`` first, then the subtree selection (a key path after renaming)."""
-        rename = Renamer(self.rename, embedded=embedded) if self.rename is not None else None
+    def unmatched(self) -> list[str]:
+        """The keys of a ``rename`` mapping that matched no stored key path (a callable decides for itself)."""
+        if not isinstance(self.rename, Mapping) or not self.applied:
+            return []
+        return [old for old in self.rename if old not in self.matched]
+
+    def renamer(self, *, embedded: bool = False, track: bool = False) -> Callable[[str], str | None]:
+        """The key-path map: ``rename`` first, then the subtree selection (a key path after renaming);
+        ``track``: record the mapping's keys that match in :attr:`matched`."""
+        rename = (Renamer(self.rename, embedded=embedded, matched=self.matched if track else None)
+                  if self.rename is not None else None)
         prefix = _strip(self.subtree) if self.subtree is not None else None
 
         def apply(path: str) -> str | None:
@@ -149,7 +175,8 @@ class RestorePlan:
         """``tree`` with its key paths selected and renamed (the tree itself when nothing was asked)."""
         if not self.selects:
             return tree
-        mapper = self.renamer(embedded=embedded)
+        self.applied = True
+        mapper = self.renamer(embedded=embedded, track=True)
         if isinstance(tree, dict) and any(type(k) is str and "." in k for k in tree):
             out = self._flat(tree, mapper, component)
         else:
@@ -157,16 +184,23 @@ class RestorePlan:
         return out
 
     def apply_flat(self, state: Mapping[str, Any], component: str) -> dict[str, Any]:
-        """A flat state dict (torch ``state_dict()``) with its keys selected and renamed."""
+        """A flat state dict (torch ``state_dict()``) with its keys selected and renamed; a nested stored tree
+        (an NNX state: no dotted key, a container value) is flattened to its dotted key paths first."""
         if not self.selects:
             return dict(state)
-        return self._flat(state, self.renamer(), component)
+        self.applied = True
+        if not any(type(k) is str and "." in k for k in state) and any(
+                isinstance(v, (dict, list, tuple)) and v for v in state.values()):
+            state = flatten(state)
+        return self._flat(state, self.renamer(track=True), component)
 
     def _flat(self, state: Mapping[Any, Any], mapper: Callable[[str], str | None], component: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         origin: dict[str, str] = {}
         for key, value in state.items():
             path = str(key)
+            if len(self.seen) < _SEEN:
+                self.seen.append(path)
             target = mapper(path)
             if target is None:
                 self.unused.append(path)
@@ -174,7 +208,8 @@ class RestorePlan:
             _check_target(target, path)
             if target in out:
                 raise IncompatibleComponent(f"rename maps both {origin[target]!r} and {path!r} to {target!r}")
-            out[target], origin[target] = value, path
+            key = str(target)
+            out[key], origin[key] = _laid_out(value, target, path), path
         self._check_selected(out, component)
         return out
 
@@ -190,6 +225,8 @@ class RestorePlan:
         origin: dict[str, str] = {}
         for steps, value in leaves:
             path = ".".join(str(step.key) for step in steps)
+            if len(self.seen) < _SEEN:
+                self.seen.append(path)
             target = mapper(path)
             if target is None:
                 self.unused.append(path)
@@ -198,7 +235,7 @@ class RestorePlan:
             if target in origin:
                 raise IncompatibleComponent(f"rename maps both {origin[target]!r} and {path!r} to {target!r}")
             origin[target] = path
-            root.place(_align(steps, target.split(".")), value, target)
+            root.place(_align(steps, target.split(".")), _laid_out(value, target, path), str(target))
         self._check_selected(origin, component)
         return root.finish()
 
@@ -207,6 +244,60 @@ class RestorePlan:
             raise IncompatibleComponent(f"component {component!r} has no entry under {self.subtree!r} "
                                         f"(stored key paths begin with: {_heads(self.unused)}; "
                                         "subtree= is a key path after rename=)")
+
+
+def check_renames(plans: Iterable[tuple[str, RestorePlan]]) -> None:
+    """Refuse a ``rename=`` mapping key that matched no stored key path of any component it applied to.
+
+    The components of one load share the load's ``rename`` (one object): a key is refused only when it matched
+    in none of them (``{"module.": ""}`` need not match the optimizer's or a config's paths); a component's own
+    ``rename`` is checked alone.
+
+    >>> plan = RestorePlan(rename={"module.": "", "inner.": ""})
+    >>> _ = plan.apply({"module.w": 1}, "model")
+    >>> try:
+    ...     check_renames([("model", plan)])
+    ... except IncompatibleComponent as exc:
+    ...     print(exc.message.split(' (')[0])
+    rename= key 'inner.' matches no stored key path of component 'model'
+    """
+    groups: dict[int, list[tuple[str, RestorePlan]]] = {}
+    for name, plan in plans:
+        if isinstance(plan.rename, Mapping) and plan.applied:
+            groups.setdefault(id(plan.rename), []).append((name, plan))
+    for group in groups.values():
+        matched = set().union(*(plan.matched for _, plan in group))
+        rename = group[0][1].rename
+        assert isinstance(rename, Mapping)  # grouped above
+        missed = [old for old in rename if old not in matched]
+        if missed:
+            names = ", ".join(repr(name) for name, _ in group)
+            heads = _heads(path for _, plan in group for path in plan.seen)
+            raise IncompatibleComponent(
+                f"rename= key{'s' if len(missed) > 1 else ''} {', '.join(repr(m) for m in missed)} "
+                f"match{'' if len(missed) > 1 else 'es'} no stored key path of component"
+                f"{'s' if len(group) > 1 else ''} {names} (stored key paths begin with: {heads}); "
+                "nothing was restored")
+
+
+def fit_structure(stored: Any, live: Any) -> Any:
+    """A renamed stored tree in the live target's form: dotted keys (``{"encoder.kernel": ...}``, a renamed
+    torch state dict) nested for a nested live dict, a nested tree flattened for a flat live state dict.
+
+    >>> fit_structure({"encoder.kernel": 1}, {"encoder": {"kernel": 0}})
+    {'encoder': {'kernel': 1}}
+    >>> fit_structure({"encoder": {"kernel": 1}}, {"encoder.kernel": 0})
+    {'encoder.kernel': 1}
+    """
+    if not isinstance(stored, dict) or not isinstance(live, dict) or not stored or not live:
+        return stored
+    stored_flat = any(type(k) is str and "." in k for k in stored)
+    live_flat = any(type(k) is str and "." in k for k in live)
+    if stored_flat and not live_flat and any(isinstance(v, dict) for v in live.values()):
+        return unflatten(stored)
+    if live_flat and not stored_flat and any(isinstance(v, dict) for v in stored.values()):
+        return flatten(stored)
+    return stored
 
 
 def flatten(tree: Any) -> dict[str, Any]:
@@ -232,6 +323,17 @@ def unflatten(flat: Mapping[str, Any]) -> dict[Any, Any]:
         root.place([_Step(int(p) if p.isdigit() else p, "dict") for p in path.split(".")], value, path)
     out: dict[Any, Any] = root.finish() if flat else {}
     return out
+
+
+def _laid_out(value: Any, target: str, path: str) -> Any:
+    """``value`` permuted as a :class:`~opencheckpoint.read.restore_layout.Permuted` target key asks (else as it is)."""
+    axes = axes_of(target)
+    if axes is None:
+        return value
+    try:
+        return permute_value(value, axes)
+    except IncompatibleComponent as exc:
+        raise exc.at(field=path) from None
 
 
 def _check_target(target: str, path: str) -> None:
@@ -319,4 +421,4 @@ class _Build:
         return mapping(items) if kind == "dict" else items
 
 
-__all__ = ["Rename", "Renamer", "RestorePlan", "flatten", "unflatten"]
+__all__ = ["Rename", "Renamer", "RestorePlan", "check_renames", "fit_structure", "flatten", "unflatten"]

@@ -60,6 +60,10 @@ class CheckpointSteps:
     from its metadata alone; decoding a component still checks its files.
     """
 
+    #: Open the shard data files of sharded arrays on their first read, not at opening (the read path:
+    #: :class:`~opencheckpoint.reader.CheckpointReader`); ``validate`` checks every file in step 11.
+    defer_shard_files = False
+
     def __init__(
         self,
         path: PathArg,
@@ -74,7 +78,7 @@ class CheckpointSteps:
         self.source: Source
         if isinstance(self.path, Path):
             self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
-                                                                    check_files)
+                                                                    check_files, self.defer_shard_files)
         else:  # a location on an fsspec filesystem (spec §12.7)
             from ..remote.opening import open_remote
 

@@ -13,6 +13,7 @@ inventory (:mod:`.layout`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ import numpy as np
 from ..format.errors import ArrayLayoutError, CheckpointError, LimitExceeded, TreeError
 from ..format.limits import SHARDS_MAX_PER_ARRAY
 from . import RuleTable
-from .tiling import find_overlap, uncovered
+from .tiling import covered, overlapping_pair, tiles
 
 if TYPE_CHECKING:
     from ..sharding.regions import Region
@@ -82,12 +83,23 @@ def regions_not_empty(shape: Sequence[int], regions: Sequence[Region]) -> str | 
 
 
 @rule("R-SHD-9", ArrayLayoutError)
-def identical_or_disjoint(starts: np.ndarray, sizes: np.ndarray, names: Sequence[str]) -> str | None:
-    """Two distinct shard regions share no element (identical regions are replicas)."""
-    pair = find_overlap(starts, sizes)
-    if pair is None:
+def identical_or_disjoint(shape: Sequence[int], starts: np.ndarray, sizes: np.ndarray,
+                          names: Sequence[str]) -> str | None:
+    """Two distinct shard regions share no element (identical regions are replicas).
+
+    Checked with R-SHD-11 as one property (§S.5): the distinct regions tile the shape. When they do not,
+    the failure is R-SHD-9's when they hold at least as many elements as the shape (then two of them
+    overlap), else R-SHD-11's (a gap), whatever else is wrong.
+    """
+    total = math.prod(shape)
+    held = covered(sizes.tolist())
+    if held < total or tiles(shape, starts, sizes):
         return None
-    return f"shard records {names[pair[0]]} and {names[pair[1]]} overlap without being the same region"
+    pair = overlapping_pair(starts, sizes)
+    if pair is not None:
+        return f"shard records {names[pair[0]]} and {names[pair[1]]} overlap without being the same region"
+    return (f"the {len(starts)} distinct shard regions hold {held} elements together for a shape of {total}, "
+            "and do not tile it: two of them overlap without being the same region")
 
 
 @rule("R-SHD-10", ArrayLayoutError)
@@ -100,14 +112,13 @@ def replicas_agree(first: str, other: str, crcs: tuple[int, int]) -> str | None:
 
 @rule("R-SHD-11", ArrayLayoutError)
 def regions_cover(shape: Sequence[int], sizes: Sequence[Sequence[int]]) -> str | None:
-    """Disjoint shard regions cover every element of the global shape."""
-    missing = uncovered(shape, sizes)
-    if missing == 0:
+    """The distinct shard regions cover every element of the global shape (after R-SHD-9: they tile it, or
+    hold fewer elements than it)."""
+    total = math.prod(shape)
+    held = covered(sizes)
+    if held >= total:
         return None
-    total = 1
-    for dim in shape:
-        total *= dim
-    return f"the shard regions leave {missing} of {total} elements uncovered (a gap)"
+    return f"the distinct shard regions hold {held} of the {total} elements: at least {total - held} uncovered (a gap)"
 
 
 def tiling_error(shape: tuple[int, ...], regions: Sequence[Region], crcs: Sequence[int] | None = None,
@@ -136,7 +147,7 @@ def tiling_error(shape: tuple[int, ...], regions: Sequence[Region], crcs: Sequen
     unique = list(first)
     starts = np.array([r[0] for r in unique], dtype=np.int64).reshape(len(unique), len(shape))
     sizes = np.array([r[1] for r in unique], dtype=np.int64).reshape(len(unique), len(shape))
-    error = SHD.check("R-SHD-9", where, starts, sizes, [labels[first[r]] for r in unique])
+    error = SHD.check("R-SHD-9", where, shape, starts, sizes, [labels[first[r]] for r in unique])
     if error is not None:
         return error
     for seen, index in replicas if crcs is not None else ():

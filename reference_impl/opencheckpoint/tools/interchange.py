@@ -37,9 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 from ..format.errors import CheckpointError, IncompatibleComponent
+from ..read.restore_layout import Permuted
 from ..read.restore_plan import RestorePlan, flatten, unflatten
 
 LayerKind = Literal["linear", "conv", "layernorm", "embedding"]
@@ -80,17 +79,6 @@ def _nnx_keys(path: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in path.split(".") if part)
 
 
-def _permute(array: Any, axes: tuple[int, ...]) -> Any:
-    """Transpose a NumPy array, torch tensor or JAX array; the result owns C-ordered data."""
-    if axes == tuple(range(len(axes))):
-        return array
-    if hasattr(array, "permute"):  # torch
-        return array.permute(*axes).contiguous()
-    if isinstance(array, np.ndarray):
-        return np.ascontiguousarray(array.transpose(axes))
-    return array.transpose(axes)  # JAX
-
-
 def _checked(value: Any, key: str) -> Any:
     """``value``, once a torch tensor passed the save's allowlist
     (:func:`~opencheckpoint.adapters.torch_dense.check_dense`): a DTensor, a fake, meta or sparse tensor,
@@ -119,23 +107,18 @@ def _to_nnx_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
     return tuple(range(ndim))
 
 
-def _to_torch_axes(kind: str, name: str, ndim: int) -> tuple[int, ...]:
-    if name == "weight" and kind == "linear":
-        return (1, 0)
-    if name == "weight" and kind == "conv":
-        return (ndim - 1, ndim - 2, *range(ndim - 2))  # [*k, in, out] -> [out, in, *k]
-    return tuple(range(ndim))
-
-
-def torch_to_nnx_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+def torch_to_nnx_rename(mapping: LayerMapping, *, transpose: bool = False) -> Callable[[str], str | None]:
     """A ``rename=`` callable: PyTorch state-dict key -> dotted NNX key path (``"0.weight"`` -> ``"encoder.kernel"``).
 
-    Keys of modules the mapping does not name map to ``None`` (dropped). Use it
-    with ``read_component(..., rename=...)`` or as the model for a mapping of
-    your own; layouts (transposes) are :func:`torch_state_to_nnx`'s job.
+    Keys of modules the mapping does not name map to ``None`` (dropped). With
+    ``transpose`` each key whose layout differs carries the axis permutation
+    (:class:`~opencheckpoint.read.restore_layout.Permuted`): ``Checkpoint.load`` and
+    ``read_component`` then transpose the values, a sharded restore inside its
+    region reads (each rank or device reads only the shards its block needs).
 
-    >>> torch_to_nnx_rename({"0": "encoder"})("0.weight"), torch_to_nnx_rename({"0": "encoder"})("1.weight")
-    ('encoder.kernel', None)
+    >>> rename = torch_to_nnx_rename({"0": "encoder"}, transpose=True)
+    >>> rename("0.weight"), rename("0.weight").axes, rename("1.weight")
+    ('encoder.kernel', (1, 0), None)
     """
     layers = {prefix: _layer(spec) for prefix, spec in mapping.items()}
 
@@ -147,14 +130,18 @@ def torch_to_nnx_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
         nnx_name = _NAMES[layer.kind].get(name)
         if nnx_name is None:
             raise IncompatibleComponent(f"{key}: a {layer.kind} layer has no parameter {name!r}", field=key)
-        return f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+        target = f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
+        if transpose and name == "weight" and layer.kind in ("linear", "conv"):
+            return Permuted(target, _TO_NNX[layer.kind])
+        return target
 
     return rename
 
 
-def nnx_to_torch_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
+def nnx_to_torch_rename(mapping: LayerMapping, *, transpose: bool = False) -> Callable[[str], str | None]:
     """A ``rename=`` callable: dotted NNX key path -> PyTorch state-dict key (the inverse of
     :func:`torch_to_nnx_rename`); paths outside the mapped layers (RNG keys, counters) map to ``None``.
+    ``transpose``: as for :func:`torch_to_nnx_rename`, the other way.
 
     >>> nnx_to_torch_rename({"0": "encoder"})("encoder.kernel")
     '0.weight'
@@ -164,8 +151,17 @@ def nnx_to_torch_rename(mapping: LayerMapping) -> Callable[[str], str | None]:
         layer = _layer(spec)
         for torch_name, nnx_name in _NAMES[layer.kind].items():
             nnx_key = f"{layer.nnx_path}.{nnx_name}" if layer.nnx_path else nnx_name
-            inverse[nnx_key] = f"{prefix}.{torch_name}" if prefix else torch_name
+            target = f"{prefix}.{torch_name}" if prefix else torch_name
+            if transpose and torch_name == "weight" and layer.kind in ("linear", "conv"):
+                target = Permuted(target, _TO_TORCH[layer.kind])
+            inverse[nnx_key] = target
     return inverse.get
+
+
+#: The axis permutations of weights whose layout differs (a conv weight's is fixed by its number of axes:
+#: marked here for 2-D kernels; :func:`_conv_axes` gives the rest).
+_TO_NNX = {"linear": (1, 0), "conv": (2, 3, 1, 0)}
+_TO_TORCH = {"linear": (1, 0), "conv": (3, 2, 0, 1)}
 
 
 def _layout(key: str, mapping: LayerMapping) -> tuple[str, str]:
@@ -180,24 +176,19 @@ def torch_state_to_nnx(state_dict: Mapping[str, Any], mapping: LayerMapping, *, 
     ``mapping`` maps PyTorch module prefixes (``"actor.0"``) to NNX paths
     (``"actor.hidden"``) or :class:`Layer` values. With ``strict`` every
     state-dict entry must be mapped; otherwise unmapped entries are skipped.
-    Names are mapped by :func:`torch_to_nnx_rename` through the renaming
-    machinery of ``Checkpoint.load(rename=...)``; values are transposed.
+    Names and layouts are mapped by ``torch_to_nnx_rename(mapping, transpose=True)``
+    through the restore plan of ``Checkpoint.load(rename=...)``.
     """
-    plan = RestorePlan(rename=torch_to_nnx_rename(mapping))
+    for key, value in state_dict.items():
+        prefix, _, name = key.rpartition(".")
+        if prefix in mapping:
+            _checked(value, key)  # the save's tensor allowlist, before any byte is copied
+            _check_ndim(_layer(mapping[prefix]).kind, name, len(value.shape), key)
+    plan = RestorePlan(rename=_with_conv_axes(torch_to_nnx_rename(mapping, transpose=True), state_dict, True))
     renamed = plan.apply_flat(state_dict, "state dict")
     if strict and plan.unused:
         raise IncompatibleComponent(f"state dict entries without a mapping: {', '.join(plan.unused)}")
-    origin = [key for key in state_dict if key not in set(plan.unused)]
-    flat: dict[str, Any] = {}
-    for key, (nnx_key, value) in zip(origin, renamed.items(), strict=True):
-        kind, name = _layout(key, mapping)
-        value = _checked(value, key)
-        try:
-            axes = _to_nnx_axes(kind, name, len(value.shape))
-        except IncompatibleComponent as exc:
-            raise exc.at(field=key) from None
-        flat[nnx_key] = _permute(value, axes)
-    return unflatten(flat)
+    return unflatten(renamed)
 
 
 def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict[str, Any]:
@@ -206,7 +197,7 @@ def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict
     Only the layers named in ``mapping`` are taken (an NNX state also holds
     RNG keys and counters that have no PyTorch counterpart); each must be
     present with every parameter of its kind (``bias`` may be absent).
-    Names are mapped by :func:`nnx_to_torch_rename`; values are transposed.
+    Names and layouts are mapped by ``nnx_to_torch_rename(mapping, transpose=True)``.
     """
     flat = flatten(params)
     for prefix, spec in mapping.items():
@@ -221,12 +212,31 @@ def nnx_to_torch_state(params: Mapping[Any, Any], mapping: LayerMapping) -> dict
             if torch_name != "bias" and (not isinstance(node, Mapping) or nnx_name not in node):
                 raise IncompatibleComponent(f"NNX layer {layer.nnx_path!r} has no {nnx_name!r}",
                                             field=f"{layer.nnx_path}.{nnx_name}")
-    renamed = RestorePlan(rename=nnx_to_torch_rename(mapping)).apply_flat(flat, "NNX state")
-    out: dict[str, Any] = {}
-    for key, value in renamed.items():
-        kind, name = _layout(key, mapping)
-        out[key] = _permute(value, _to_torch_axes(kind, name, len(value.shape)))
-    return out
+    rename = _with_conv_axes(nnx_to_torch_rename(mapping, transpose=True), flat, False)
+    return RestorePlan(rename=rename).apply_flat(flat, "NNX state")
+
+
+def _check_ndim(kind: str, name: str, ndim: int, key: str) -> None:
+    try:
+        _to_nnx_axes(kind, name, ndim)
+    except IncompatibleComponent as exc:
+        raise exc.at(field=key) from None
+
+
+def _with_conv_axes(rename: Callable[[str], str | None], state: Mapping[str, Any],
+                    to_nnx: bool) -> Callable[[str], str | None]:
+    """``rename`` with each conv weight's permutation fitted to its number of axes (1-D, 2-D, 3-D kernels)."""
+
+    def renamed(key: str) -> str | None:
+        target = rename(key)
+        axes = getattr(target, "axes", None)
+        value = state.get(key)
+        if target is None or axes is None or value is None or len(value.shape) == len(axes):
+            return target
+        ndim = len(value.shape)
+        return Permuted(str(target), (*range(2, ndim), 1, 0) if to_nnx else (ndim - 1, ndim - 2, *range(ndim - 2)))
+
+    return renamed
 
 
 __all__ = [

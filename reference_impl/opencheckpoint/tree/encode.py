@@ -35,6 +35,7 @@ from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
 from .gc_pause import paused_gc
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
+from .per_rank import PerRank, plan_per_rank
 from .plan_runs import DTYPE_NAMES as _DTYPE_NAMES
 from .plan_runs import NODES as _NODES
 from .plan_runs import OFFSET as _OFFSET
@@ -84,6 +85,8 @@ class TreePlan:
         self.data = DataFilePlan()
         #: This rank's shard data file and tag-10 nodes; None until the tree holds a :class:`ShardedValue`.
         self.shards: ShardPlan | None = None
+        #: The per-rank value nodes (:mod:`.per_rank`) of a rank of a collective save, in document order.
+        self.per_rank: list[list[Any]] = []
         with paused_gc():  # a node list per array, none of them garbage (gc_pause)
             self.root = self._node(value, 0, "$")
 
@@ -159,6 +162,8 @@ class TreePlan:
             return self._prng_key(value, path)
         if kind is ShardedValue:
             return self._sharded(value, path)
+        if kind is PerRank:
+            return plan_per_rank(self, value, depth, path)
         if isinstance(value, DtypeValue):
             return [_MARK[Tag.DTYPE], value.name]
         if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):

@@ -84,8 +84,9 @@ class ShardPlan:
         #: (tree path, node) of every tag-10 node, in document order.
         self.nodes: list[tuple[str, list[Any]]] = []
 
-    def node(self, value: ShardedValue, path: str) -> list[Any]:
-        """The tag-10 node of ``value`` with records of this rank's shards (CRCs filled in by :meth:`write`)."""
+    def node(self, value: ShardedValue, path: str, *, merged: bool = True) -> list[Any]:
+        """The tag-10 node of ``value`` with records of this rank's shards (CRCs filled in by :meth:`write`);
+        ``merged=False``: a node of this rank alone (in a per-rank value), not merged with the other ranks'."""
         shape, dtype = _checked_header(value, path)
         records: list[list[Any]] = []
         empty = math.prod(shape) == 0
@@ -101,7 +102,8 @@ class ShardPlan:
             extent.nodes.append(record)
             records.append(record)
         node = [_MARK, dtype, list(shape), records]
-        self.nodes.append((path, node))
+        if merged:
+            self.nodes.append((path, node))
         return node
 
     def write(self, directory: Path, *, durable: bool, sha256: bool) -> dict[str, dict[str, Any]]:
@@ -173,19 +175,20 @@ def check_cover(shape: Sequence[int], records: Sequence[Sequence[Any]], path: st
             raise refuse(f"two replicas of the region start={list(key[0])} size={list(key[1])} hold "
                                    "different bytes", field=path)
     # Imported here: the package of the tiling sweep imports this module (a cycle at import time otherwise).
-    from ..rules.tiling import find_overlap, uncovered
+    from ..rules.tiling import covered, overlapping_pair, tiles
 
+    held = covered([size for _, size in regions])
     if regions and len(shape):
         starts = np.array([start for start, _ in regions], dtype=np.int64)
         sizes = np.array([size for _, size in regions], dtype=np.int64)
-        pair = find_overlap(starts, sizes)  # O(n log n) sweep, as the reader's check (R-SHD)
-        if pair is not None:
-            raise refuse(f"shard regions overlap: start={starts[pair[0]].tolist()} and "
-                                   f"start={starts[pair[1]].tolist()}", field=path)
-    missing = uncovered(shape, [size for _, size in regions])
-    if missing:
-        raise refuse(f"the shards of every rank leave {missing} of the {total} elements of the global "
-                               f"shape {list(shape)} uncovered: some region was written by no rank", field=path)
+        # The reader's check (R-SHD-9, R-SHD-11): one tiling test, the element count naming the failure.
+        if held >= total and not tiles(shape, starts, sizes):
+            pair = overlapping_pair(starts, sizes)
+            which = f": start={starts[pair[0]].tolist()} and start={starts[pair[1]].tolist()}" if pair else ""
+            raise refuse(f"shard regions overlap{which}", field=path)
+    if held < total:
+        raise refuse(f"the shards of every rank leave at least {total - held} of the {total} elements of the "
+                     f"global shape {list(shape)} uncovered: some region was written by no rank", field=path)
 
 
 def merge_records(nodes: Sequence[tuple[str, list[Any]]], summaries: Sequence[Sequence[dict[str, Any]]],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..format.errors import CheckpointError
 from .nodes import ShardedArrayRef, ShardRef
-from .treepath import TreePath
+from .treepath import ShardRecordPath, TreePath
 from .wire import ARRAY_BYTES, STR_BYTES, itemsize
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def parse_sharded(parser: _Parser, fields: int, depth: int, path: TreePath) -> S
     count = parser.container_length(1, shards_path, lambda n: _raise(SHD.check("R-LIM-20", str(shards_path), n)))
     shards = []
     for index in range(count):
-        where = shards_path.child(index)
+        where = ShardRecordPath(shards_path, index)
         parser.expect(ARRAY_BYTES, "a shard record [file, start, size, offset, nbytes, crc32c]", where, _STRUCTURE)
         record_depth = parser.enter(inner, where)
         if parser.container_length(1, where) != 6:

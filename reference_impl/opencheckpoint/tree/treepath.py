@@ -147,5 +147,22 @@ class TreePath:
         return format(str(self), spec)
 
 
+class ShardRecordPath(TreePath):
+    """The path of a shard record of a sharded array node: ``$.w[3][1]`` is record 1 of the records (element 3
+    of the node), not an element of the array; its text says so wherever an error names it.
+
+    >>> str(ShardRecordPath(ROOT.child("w").child(3), 1))
+    '$.w[3][1] (shard record 1 of the sharded array $.w)'
+    """
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        array = self.parent.parent if self.parent is not None else None
+        return f"{TreePath.__str__(self)} (shard record {self.key} of the sharded array {array})"
+
+    __repr__ = __str__
+
+
 #: The path of a document's root object.
 ROOT: Final = TreePath(None, "$", "$")

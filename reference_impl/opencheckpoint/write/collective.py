@@ -139,6 +139,7 @@ def _write_rank(planned: SavePlan, sink: RankSink,
     """Step 2: the write stage through ``sink``; the records, the error if any, and the report for rank 0."""
     try:
         records = stages.write(planned, None, sink, root=sink.root)
+        sink.note_records(records)
     except Exception as exc:  # reported to the coordinator, then re-raised here after the outcome
         return {}, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
     return records, None, {"ok": True, "trees": sink.report}
