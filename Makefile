@@ -80,8 +80,8 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 schemas: $(STAMP)
-	$(VENV)/bin/opencheckpoint schema export schemas/v1
-	$(VENV)/bin/opencheckpoint schema export --format-version 2 schemas/v2
+	$(VENV)/bin/opencheckpoint schema export --overwrite schemas/v1
+	$(VENV)/bin/opencheckpoint schema export --overwrite --format-version 2 schemas/v2
 
 # The suite against the reference CLI and the independent reader, as real subprocesses.
 conformance: $(STAMP)

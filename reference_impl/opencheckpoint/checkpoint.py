@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, resolve_adapter, stored_kind_adapter
+from .adapters.base import Adapter, DumpLoadAdapter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
 from .format.errors import UnsupportedLocation, UnsupportedValue
 from .format.paths import check_segment
@@ -142,6 +142,11 @@ class Checkpoint:
             # A plain dict or list picks json or tree by what it holds now (an empty one: json); what was
             # stored decides on load, so a dict saved holding a tensor loads into {} (seed API).
             chosen = stored_kind_adapter(value, chosen, stored_kind)
+            if (stored_kind == "files" and chosen.kind != "files"
+                    and callable(getattr(value, "dump", None)) and callable(getattr(value, "load", None))):
+                # Stored by dump/load (a torchrl replay buffer, converted): an object that has both state_dict
+                # and dump/load is saved as a tree here, but reads such a component back through its own load().
+                chosen = DumpLoadAdapter()
         if options.has_method_args and not chosen.takes_method_args:
             raise TypeError(f"component {name!r}: its adapter {type(chosen).__name__} does not call the object's "
                             "own methods, so save_args/save_kwargs/load_args/load_kwargs would be ignored; "

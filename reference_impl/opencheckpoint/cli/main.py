@@ -1,7 +1,9 @@
 """The ``opencheckpoint`` command line.
 
 Exit codes (every command): 0 success; 1 the checkpoint is invalid or cannot
-be read (a :class:`CheckpointError`); 2 usage error (bad arguments).
+be read (a :class:`CheckpointError`), or a command that writes finds its
+target taken (it exists and ``--overwrite`` was not given, or it is not what
+the command writes); 2 usage error (bad arguments).
 """
 
 from __future__ import annotations
@@ -162,9 +164,15 @@ def _print_issues(out: Console, errors: list[Any]) -> None:
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
+    from ..format.errors import TargetExists
+    from ..tools.output_file import refused_target
     from ..tools.schema_export import export_schemas
 
-    for path in export_schemas(args.directory, args.format_version):
+    try:
+        paths = export_schemas(args.directory, args.format_version, overwrite=args.overwrite)
+    except TargetExists as exc:
+        return refused_target(exc, args.overwrite)
+    for path in paths:
         print(path)
     return EXIT_OK
 
@@ -208,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("directory", metavar="DIR")
     export.add_argument("--format-version", type=int, choices=(1, 2), default=1,
                         help="the format version whose documents to export (default 1: schemas/v1)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace existing schema files in DIR (any other file there is never replaced)")
     export.set_defaults(run=cmd_schema_export)
 
     migrations = commands.add_parser("migrations", help="print the migration chain declaration (JSON)",

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import Any
+
+from ..format.errors import TargetExists
+from ..tools.output_file import refused_target
 
 
 def output_console() -> Any:
@@ -16,7 +20,8 @@ def output_console() -> Any:
     return console()
 
 
-_EPILOG = "exit codes: 0 success, 1 invalid or unreadable input, 2 usage error"
+_EPILOG = ("exit codes: 0 success, 1 invalid or unreadable input, or a target that exists (without --overwrite) "
+           "or is not what the command writes, 2 usage error")
 _DIFF_EPILOG = ("exit codes: 0 the checkpoints are equal, 1 they differ, 2 usage error or a checkpoint cannot be "
                 "read")
 
@@ -31,10 +36,18 @@ def _human(size: int) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..tools.converters import convert
+    from ..tools.converters import ConversionWarning, convert
 
-    path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
-                   split=args.split, step=args.step, progress=True)  # a bar on a terminal only
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConversionWarning)
+            path = convert(args.src, args.dst, source=args.source, format=args.format, component=args.component,
+                           split=args.split, step=args.step, progress=True,  # a bar on a terminal only
+                           overwrite=args.overwrite)
+    except TargetExists as exc:
+        return refused_target(exc, args.overwrite)
+    for warning in caught:  # what was left out, one line each (also in the manifest: converted_from)
+        print(f"not converted: {warning.message}", file=sys.stderr)
     output_console().print(f"converted {args.src} -> {path}", markup=False)
     return 0
 
@@ -42,8 +55,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..tools.converters import export
 
-    result = export(args.src, args.dst, to=args.to, component=args.component,
-                    progress=not args.json)  # a bar on a terminal only
+    try:
+        result = export(args.src, args.dst, to=args.to, component=args.component,
+                        progress=not args.json, overwrite=args.overwrite)  # a bar on a terminal only
+    except TargetExists as exc:
+        return refused_target(exc, args.overwrite)
     if args.json:
         print(json.dumps({"path": str(result.path), "tensors": result.tensors, "values": result.values,
                           "skipped": result.skipped}, indent=2))
@@ -139,13 +155,21 @@ def _listing_problem(listing: Any, prefix: str) -> str | None:
 
 def add_commands(commands: Any) -> None:
     """Add ``convert``, ``export``, ``diff`` and ``ls`` to the ``opencheckpoint`` command line."""
+    _add_writers(commands)
+    _add_readers(commands)
+
+
+def _add_writers(commands: Any) -> None:
+    """``convert`` and ``export``: the commands that write a checkpoint or a file."""
     convert = commands.add_parser(
         "convert", help="convert a torch.save, safetensors, torchrl or orbax checkpoint; repack an "
         "OpenCheckpoint one", epilog=_EPILOG,
         description="Convert SRC (a torch.save file, a safetensors file, a torchrl Checkpoint directory or "
-        "archive, or an orbax checkpoint directory) into an OpenCheckpoint checkpoint at DST. torch files are "
-        "read with weights_only=True: no code in them runs. An OpenCheckpoint SRC is validated and repacked in "
-        "the other form (directory <-> .zip archive), files and manifest unchanged.")
+        "archive or rotation directory, or an orbax checkpoint directory, nnx_ppo's step_* layout included) "
+        "into an OpenCheckpoint checkpoint at DST. torch files are read with weights_only=True: no code in them "
+        "runs; pickles beside the arrays (prefetch.pkl, metadata.pkl) are left out and listed. An OpenCheckpoint "
+        "SRC is validated and repacked in the other form (directory <-> .zip archive), files and manifest "
+        "unchanged.")
     convert.add_argument("src", metavar="SRC")
     convert.add_argument("dst", metavar="DST")
     convert.add_argument("--from", dest="source",
@@ -157,7 +181,11 @@ def add_commands(commands: Any) -> None:
                          help="component name for torch/safetensors files (model) and orbax items (state)")
     convert.add_argument("--split", action="store_true",
                          help="torch: one component per top-level key of the saved dict")
-    convert.add_argument("--step", type=int, help="orbax CheckpointManager directory: the step (default: newest)")
+    convert.add_argument("--step", type=int, help="a run directory (orbax CheckpointManager, nnx_ppo step_* "
+                         "folders, torchrl rotation): the step to convert (default: newest)")
+    convert.add_argument("--overwrite", action="store_true",
+                         help="replace a checkpoint at DST (without it an existing DST is refused; anything at DST "
+                         "that is not a checkpoint is always refused)")
     convert.set_defaults(run=cmd_convert)
 
     export = commands.add_parser(
@@ -172,8 +200,14 @@ def add_commands(commands: Any) -> None:
     export.add_argument("--component", metavar="NAME",
                         help="export this component only, names without the component prefix")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export at DST (a file of the --to format); anything else at DST "
+                        "is always refused")
     export.set_defaults(run=cmd_export)
 
+
+def _add_readers(commands: Any) -> None:
+    """``diff`` and ``ls``."""
     diff = commands.add_parser(
         "diff", help="compare two checkpoints", epilog=_DIFF_EPILOG,
         description="Components and arrays added, removed or changed (dtype, shape, max abs/rel difference "

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-_RUN_EPILOG = "exit codes: 0 every case passed or was skipped, 1 a case failed, 2 usage error"
+_RUN_EPILOG = ("exit codes: 0 every case passed or was skipped, 1 a case failed, 2 usage error (also: a report FILE "
+               "that exists without --overwrite, or is not a report)")
 
 
 def _cmd_impl(args: argparse.Namespace) -> int:
@@ -52,5 +53,8 @@ def add_commands(commands: Any) -> None:
                      help="only cases whose id matches this glob (repeatable)")
     run.add_argument("--known-failures", metavar="FILE",
                      help="JSON file: case id -> reason; such failures are reported as known, not counted")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace earlier reports at --junit/--json FILE (an existing FILE is refused otherwise, and "
+                     "a file that is not such a report always)")
     run.add_argument("--quiet", action="store_true", help="print only the summary line")
     run.set_defaults(run=_cmd_run)

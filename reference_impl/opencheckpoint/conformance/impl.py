@@ -68,7 +68,9 @@ def cmd_write(expected: str, out_path: str) -> None:
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack
         raise _not_a_rendering(exc, expected) from None
     try:
-        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__})
+        # The command line's save rule: an existing OUT_PATH is refused (TargetExists), never replaced.
+        write_rendering(document, out_path, producer={"name": IMPLEMENTATION, "version": __version__},
+                        overwrite=False)
     except (ValueError, RecursionError) as exc:
         # A RenderingError, or an int of more digits than Python converts (the writer refuses those).
         raise _not_a_rendering(exc, expected) from None

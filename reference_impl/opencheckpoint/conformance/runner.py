@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..format.errors import TargetExists
+from ..tools.output_file import check_output_file, refused_target, write_output_file
 from .canonical import first_difference, is_complete, render_checkpoint, writer_view
 from .models import OPT_IN, READER_ONLY, CapabilitiesModel, CaseModel
 from .report import Outcome as Outcome
@@ -375,6 +377,8 @@ def main_from_args(args: argparse.Namespace) -> int:
     if not args.reader and not args.writer:
         print("error: give --reader CMD and/or --writer CMD", file=sys.stderr)
         return 2
+    if _refused_reports(args):
+        return 2
     known: dict[str, str] = {}
     if args.known_failures:
         known = json.loads(Path(args.known_failures).read_text(encoding="utf-8"))
@@ -389,8 +393,36 @@ def main_from_args(args: argparse.Namespace) -> int:
         print(f"error: no conformance case ran from {report.cases_dir}; {CASES_HINT}", file=sys.stderr)
         return 2
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(report.to_dict(), indent=2) + "\n"
+        write_output_file(Path(args.json), lambda out: out.write_text(text, encoding="utf-8"))
     if args.junit:
-        report.junit().write(args.junit, encoding="utf-8", xml_declaration=True)
+        write_output_file(Path(args.junit),
+                          lambda out: report.junit().write(out, encoding="utf-8", xml_declaration=True))
     print_report(report, quiet=args.quiet)
     return 0 if report.ok else 1
+
+
+def _refused_reports(args: argparse.Namespace) -> bool:
+    """Whether a report file (``--json``, ``--junit``) may not be written (the reason printed): the command
+    line's save rule, checked before any case runs. Only an earlier report is replaced, with ``--overwrite``."""
+    for name, kind, recognised in (("json", "JSON report", _is_json_report), ("junit", "JUnit XML report", _is_junit)):
+        path = getattr(args, name)
+        if not path:
+            continue
+        try:
+            check_output_file(Path(path), kind=kind, overwrite=args.overwrite, recognised=recognised)
+        except TargetExists as exc:
+            refused_target(exc, args.overwrite)
+            return True
+    return False
+
+
+def _is_json_report(path: Path) -> bool:
+    value = json.loads(path.read_text(encoding="utf-8")) if path.stat().st_size < 256 << 20 else None
+    return isinstance(value, dict) and {"reader", "writer", "counts", "outcomes"} <= value.keys()
+
+
+def _is_junit(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    return head.startswith(b"<?xml") and b'<testsuites name="opencheckpoint-conformance"' in head

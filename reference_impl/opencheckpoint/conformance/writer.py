@@ -60,16 +60,18 @@ def write_rendering(
     producer: Mapping[str, Any] | None = None,
     durable: bool = True,
     values: Mapping[str, Any] | None = None,
+    overwrite: bool = True,
 ) -> Path:
     """Write ``rendering`` as a checkpoint at ``path`` (archive form when it ends in ``.zip``).
 
     ``producer`` replaces the rendering's producer (a writer names itself).
     ``values`` maps tree component names to the values to store instead of
     rebuilding them from the rendering (which may render big bytes by digest only).
+    ``overwrite``: as :meth:`~opencheckpoint.Checkpoint.save` (a checkpoint at ``path`` may be replaced).
     """
     target = Path(path).absolute()
     form = "archive" if target.suffix == ".zip" else "directory"
-    with StagedCheckpoint(target, form=form, durable=durable) as staged:
+    with StagedCheckpoint(target, form=form, durable=durable, overwrite=overwrite) as staged:
         try:
             records = {name: _write_component(record, staged.directory, durable=durable,
                                               value=(values or {}).get(name, _NO_VALUE))

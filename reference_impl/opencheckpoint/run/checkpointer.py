@@ -39,13 +39,16 @@ from ..location import Location, PathArg, resolve_location
 from ..read.reader import CheckpointReader
 from ..write.async_save import SaveHandle
 from .rotation import Rotation, RotationEntry
-from .rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY
+from .rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY, metric
 from .stop_signal import StopOnSignal
 
 logger = logging.getLogger("opencheckpoint.run")
 
 #: The component :meth:`RunCheckpointer.restore` leaves alone unless ``overwrite_config=True``.
 CONFIG = "config"
+#: The components :class:`RunCheckpointer` restores only if a checkpoint has them, unless ``optional=`` says
+#: otherwise (torchrl's default: a run resumed from a checkpoint saved without its logger or buffer).
+DEFAULT_OPTIONAL = ("logger", "replay_buffer")
 #: The rotation's file name prefix when none is given.
 DEFAULT_PREFIX = "checkpoint"
 
@@ -84,7 +87,8 @@ class RunCheckpointer:
         interval: save when at least this many steps passed since the last save.
         keep_last, keep_best: the :class:`Rotation` policy.
         exclude: components never saved (e.g. a replay buffer rebuilt on resume).
-        optional: components restored only if the checkpoint has them.
+        optional: components restored only if the checkpoint has them; default
+            :data:`DEFAULT_OPTIONAL` (``logger`` and ``replay_buffer``, as in torchrl), those of them registered.
         resume_path: a checkpoint or run directory to resume from; default: ``directory``'s latest.
         overwrite_config: whether :meth:`restore` restores the component named
             ``"config"``. Default ``False``: the configuration the script was
@@ -101,6 +105,14 @@ class RunCheckpointer:
     async save is waited for first; on a normal exit its error is raised
     after the final save was attempted, on an exception it is logged (the
     exception that ended the block is the one raised).
+
+    The final save carries the metadata of the latest :meth:`save` call that
+    passed some (the loss of the last step, say), so ``ls`` and ``keep_best``
+    see its metric. A loop stopped by :class:`StopOnSignal` (SIGTERM from a
+    scheduler, Ctrl-C) that breaks after ``save(step)`` leaves the block
+    normally: the stop save is written and the next run resumes at ``step``.
+    With ``keep_best``, a final save whose metadata has no metric is still
+    written (kept by ``keep_last`` only, never chosen as best), with a warning.
 
     Examples:
         >>> import tempfile
@@ -122,7 +134,7 @@ class RunCheckpointer:
         interval: int,
         keep_last: int = 3,
         exclude: Collection[str] = (),
-        optional: Collection[str] = (),
+        optional: Collection[str] | None = None,
         resume_path: PathArg | None = None,
         keep_best: tuple[str, Literal["min", "max"]] | None = None,
         overwrite_config: bool = False,
@@ -130,6 +142,8 @@ class RunCheckpointer:
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an int >= 1, got {interval!r}")
+        if optional is None:
+            optional = [name for name in DEFAULT_OPTIONAL if name in checkpoint.components]
         unknown = (set(exclude) | set(optional)) - set(checkpoint.components)
         if unknown:
             raise KeyError(f"exclude/optional name unregistered components: {sorted(unknown)}")
@@ -144,6 +158,8 @@ class RunCheckpointer:
         self.last_saved_step: int | None = None
         #: the last step :meth:`save` was called with (saved or not): what :meth:`finish` saves
         self.last_step: int | None = None
+        #: the metadata of the latest :meth:`save` call that passed some: what :meth:`finish` saves with
+        self.last_metadata: dict[str, Any] | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
         self.async_save = async_save
@@ -171,30 +187,55 @@ class RunCheckpointer:
         :data:`ROTATION_KEY`).
         """
         self.last_step = step
+        if metadata is not None:
+            self.last_metadata = dict(metadata)
+        if not self._due(step, force):
+            return None
+        return self._write(step, {**(metadata or {}), "step": step}, metric_required=True)
+
+    def _due(self, step: int, force: bool) -> bool:
+        """Whether ``save(step, force)`` writes: saving is enabled, and ``interval`` steps passed (or
+        ``force``) and ``step`` is not the step saved last."""
         last = self.last_saved_step
         if self.rotation is None:
-            return None
+            return False
         if force:
-            if last == step:
-                return None
-        elif step - (last if last is not None else 0) < self.interval:
-            return None
-        meta = {**(metadata or {}), "step": step}
+            return last != step
+        return step - (last if last is not None else 0) >= self.interval
+
+    def _write(self, step: int, meta: dict[str, Any], *, metric_required: bool) -> Location:
+        assert self.rotation is not None  # _due said saving is enabled
         self.wait()
         if self.async_save:
-            self.pending = self.rotation.save_async(self.checkpoint, step, metadata=meta, components=self.components)
+            self.pending = self.rotation.save_async(self.checkpoint, step, metadata=meta, components=self.components,
+                                                    metric_required=metric_required)
             path = self.pending.target
         else:
-            path = self.rotation.save(self.checkpoint, step, metadata=meta, components=self.components)
+            path = self.rotation.save(self.checkpoint, step, metadata=meta, components=self.components,
+                                      metric_required=metric_required)
         self.last_saved_step = step
         logger.info("saved %s", path)
         return path
 
     def finish(self, step: int | None = None, metadata: Mapping[str, Any] | None = None) -> Location | None:
-        """The final save of a loop that ended: ``save(step, force=True)``; ``step`` defaults to the last one
-        :meth:`save` was called with. Returns None when that step is already saved or there is none."""
+        """The final save of a loop that ended: ``save(step, force=True)`` with ``metadata``, by default
+        :attr:`last_metadata`; ``step`` defaults to the last one :meth:`save` was called with. Returns None
+        when that step is already saved or there is none.
+
+        Unlike :meth:`save`, a missing ``keep_best`` metric does not raise: the step is saved without
+        one (a warning says so), since losing the run's last steps is worse than a checkpoint ``keep_best``
+        cannot rank.
+        """
         step = self.last_step if step is None else step
-        return None if step is None else self.save(step, force=True, metadata=metadata)
+        if step is None or not self._due(step, force=True):
+            return None
+        meta = {**((self.last_metadata if metadata is None else metadata) or {}), "step": step}
+        keep_best = self.rotation.keep_best if self.rotation is not None else None
+        has_metric = keep_best is None or metric(meta.get(keep_best[0])) is not None
+        if not has_metric:
+            logger.warning("final save of step %d: its metadata has no finite %r, so keep_best cannot rank it; "
+                           "saved anyway (kept by keep_last)", step, keep_best[0])  # type: ignore[index]
+        return self._write(step, meta, metric_required=has_metric)
 
     def __enter__(self) -> RunCheckpointer:
         return self

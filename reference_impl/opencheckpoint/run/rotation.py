@@ -134,9 +134,14 @@ class Rotation:
 
     # -- saving -------------------------------------------------------------------------
     def save(self, checkpoint: Checkpoint, step: int, metadata: Mapping[str, Any] | None = None,
-             format: CheckpointFormat | None = None, *, components: Collection[str] | None = None) -> Any:
-        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists)."""
-        meta = save_metadata(step, metadata, self.keep_best)
+             format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
+             metric_required: bool = True) -> Any:
+        """Save ``checkpoint`` as the checkpoint of ``step``, then prune; return its path (which exists).
+
+        With ``keep_best``, ``metadata`` needs a finite metric (``ValueError`` otherwise) unless
+        ``metric_required=False``: a checkpoint saved without one is kept by ``keep_last`` only.
+        """
+        meta = save_metadata(step, metadata, self.keep_best if metric_required else None)
         output = format or checkpoint.format
 
         def write(target: Any) -> Any:
@@ -148,10 +153,10 @@ class Rotation:
 
     def save_async(self, checkpoint: Checkpoint, step: int, metadata: Mapping[str, Any] | None = None,
                    format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
-                   progress: ProgressArg = None) -> SaveHandle:
+                   progress: ProgressArg = None, metric_required: bool = True) -> SaveHandle:
         """:meth:`save` in the background (:meth:`Checkpoint.save_async`); pruning follows publication, and the
         handle's ``result()`` is the checkpoint's path once published and pruned."""
-        meta = save_metadata(step, metadata, self.keep_best)
+        meta = save_metadata(step, metadata, self.keep_best if metric_required else None)
         output = format or checkpoint.format
 
         def start(target: Any) -> SaveHandle:

@@ -23,8 +23,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..format import migrations
+from ..format.dtypes import numpy_dtype
+from ..read.array_streams import ARRAYS, ChunkStats, StreamedTree, paired_chunks, whole
 from ..read.reader import CheckpointReader
-from ..tree.nodes import NamedTupleValue
+from ..tree.nodes import ArrayRef, NamedTupleValue
 from ..tree.treepath import segment
 
 Change = Literal["added", "removed", "changed"]
@@ -77,7 +80,7 @@ def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> DiffReport:
             if kind_a != kind_b:
                 report.changes.append(Difference(name, "changed", f"kind {kind_a} -> {kind_b}"))
             elif kind_a == "tree":
-                _compare_trees(report, name, left.read(name), right.read(name))
+                _compare_components(report, name, left, right)
             elif kind_a == "json":
                 if left.json(name) != right.json(name):
                     report.changes.append(Difference(name, "changed", "JSON value differs"))
@@ -119,7 +122,19 @@ def leaves(value: Any, path: str = "$") -> Iterator[tuple[str, Any]]:
         yield path, value
 
 
-def _compare_trees(report: DiffReport, name: str, a: Any, b: Any) -> None:
+def _compare_components(report: DiffReport, name: str, left: CheckpointReader, right: CheckpointReader) -> None:
+    """Compare one tree component of both checkpoints, array by array: no array is read whole
+    (:mod:`opencheckpoint.array_streams`), so memory does not grow with the checkpoints."""
+    if any(migrations.DEFAULT_CHAIN.rewrites_payload(r.parsed.written_version, "tree") for r in (left, right)):
+        # An older format whose payload is migrated on read: compared as read (whole arrays).
+        _compare_trees(report, name, left.read(name), right.read(name), None)
+        return
+    with StreamedTree(left, name) as a, StreamedTree(right, name) as b:
+        _compare_trees(report, name, a.root, b.root, (a, b))
+
+
+def _compare_trees(report: DiffReport, name: str, a: Any, b: Any,
+                   sides: tuple[StreamedTree, StreamedTree] | None) -> None:
     left, right = dict(leaves(a)), dict(leaves(b))
     for path, value in left.items():
         where = f"{name}/{path}"
@@ -127,15 +142,29 @@ def _compare_trees(report: DiffReport, name: str, a: Any, b: Any) -> None:
             report.changes.append(Difference(where, "removed", _describe(value)))
             continue
         other = right[path]
-        if isinstance(value, np.ndarray) and isinstance(other, np.ndarray):
-            change = _compare_arrays(where, value, other)
-            if change is not None:
-                report.changes.append(change)
+        change: Difference | None = None
+        if type(value) is ArrayRef and type(other) is ArrayRef and sides is not None:
+            change = _compare_streamed(where, value, other, sides)
+        elif isinstance(value, ARRAYS) and isinstance(other, ARRAYS):
+            change = _compare_arrays(where, whole(value, sides, 0), whole(other, sides, 1))
         elif type(value) is not type(other) or not _same(value, other):
-            report.changes.append(Difference(where, "changed", f"{_describe(value)} -> {_describe(other)}"))
+            change = Difference(where, "changed", f"{_describe(value)} -> {_describe(other)}")
+        if change is not None:
+            report.changes.append(change)
     for path, value in right.items():
         if path not in left:
             report.changes.append(Difference(f"{name}/{path}", "added", _describe(value)))
+
+
+def _compare_streamed(where: str, a: ArrayRef, b: ArrayRef,
+                      sides: tuple[StreamedTree, StreamedTree]) -> Difference | None:
+    """Two stored arrays compared chunk by chunk (each chunk verified as part of its array's CRC-32C)."""
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return Difference(where, "changed", f"{_describe(a)} -> {_describe(b)}")
+    stats = ChunkStats(numpy_dtype(a.dtype))
+    for x, y in paired_chunks(sides[0], a, sides[1], b):
+        stats.add(x, y)
+    return _difference(where, stats, _describe(a))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -146,7 +175,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, *ARRAYS)):
         return f"{value.dtype}{list(value.shape)}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -155,17 +184,11 @@ def _describe(value: Any) -> str:
 def _compare_arrays(where: str, a: np.ndarray, b: np.ndarray) -> Difference | None:
     if a.dtype != b.dtype or a.shape != b.shape:
         return Difference(where, "changed", f"{_describe(a)} -> {_describe(b)}")
-    if a.tobytes() == b.tobytes():
-        return None
-    if a.dtype.kind not in "fc" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
-        return Difference(where, "changed", f"{int(np.count_nonzero(a != b))} of {a.size} elements differ")
-    x, y = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), b.astype(
-        np.complex128 if b.dtype.kind == "c" else np.float64)
-    with np.errstate(all="ignore"):
-        delta = np.abs(x - y)
-        rel = delta / np.maximum(np.abs(x), np.abs(y))
-    finite = np.isfinite(delta)
-    max_abs = float(delta[finite].max()) if finite.any() else None
-    rel_ok = np.isfinite(rel)
-    max_rel = float(rel[rel_ok].max()) if rel_ok.any() else 0.0
-    return Difference(where, "changed", f"{_describe(a)}: values differ", max_abs, max_rel)
+    stats = ChunkStats(a.dtype)
+    stats.add(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1))
+    return _difference(where, stats, _describe(a))
+
+
+def _difference(where: str, stats: ChunkStats, described: str) -> Difference | None:
+    found = stats.detail(described)
+    return None if found is None else Difference(where, "changed", *found)

@@ -10,11 +10,13 @@ on drift). The conformance documents (``conformance-*``) are the suite's, export
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 from ..format.models import DOCUMENT_MODELS, DOCUMENT_MODELS_V2, SCHEMA_BASE_URIS
+from .output_file import check_output_file, write_output_file
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -42,13 +44,27 @@ def build_schemas(format_version: int = 1) -> dict[str, dict[str, Any]]:
     return out
 
 
-def export_schemas(directory: str | Path, format_version: int = 1) -> list[Path]:
-    """Write every schema of ``format_version`` as ``<name>.schema.json`` into ``directory``; return the paths."""
+def export_schemas(directory: str | Path, format_version: int = 1, *, overwrite: bool = True) -> list[Path]:
+    """Write every schema of ``format_version`` as ``<name>.schema.json`` into ``directory``; return the paths.
+
+    An existing schema file is replaced only with ``overwrite``; a file there that is not a JSON Schema,
+    a folder or a link is never replaced (:class:`~opencheckpoint.errors.TargetExists`, raised before any
+    file is written).
+    """
     target = Path(directory)
+    schemas = {target / f"{name}.schema.json": schema for name, schema in build_schemas(format_version).items()}
+    for path in schemas:
+        check_output_file(path, kind="JSON Schema", overwrite=overwrite, recognised=_is_json_schema)
     target.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, schema in build_schemas(format_version).items():
-        path = target / f"{name}.schema.json"
-        path.write_text(json.dumps(schema, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
+    for path, schema in schemas.items():
+        text = json.dumps(schema, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+        write_output_file(path, functools.partial(Path.write_text, data=text, encoding="utf-8"))
+    return list(schemas)
+
+
+def _is_json_schema(path: Path) -> bool:
+    """A JSON object naming a JSON Schema dialect (``$schema``): what :func:`export_schemas` writes."""
+    if path.stat().st_size > 16 << 20:
+        return False
+    value = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(value, dict) and str(value.get("$schema", "")).startswith("https://json-schema.org/")

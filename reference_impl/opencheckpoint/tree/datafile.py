@@ -32,6 +32,7 @@ from ..format.crc_combine import _multmodp, _x8nmodp
 from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
+from .file_array import FileArray
 
 __all__ = ["DataFilePlan", "Writable"]
 
@@ -86,7 +87,7 @@ class _Planned:
 
     __slots__ = ("array", "nodes", "offset", "nbytes")
 
-    def __init__(self, array: np.ndarray, offset: int, nbytes: int) -> None:
+    def __init__(self, array: np.ndarray | FileArray, offset: int, nbytes: int) -> None:
         self.array = array  # C-contiguous, little-endian; kept alive until written
         self.nodes: list[list[Any]] = []
         self.offset = offset
@@ -94,11 +95,12 @@ class _Planned:
 
     @property
     def buffer(self) -> memoryview:
-        """The extent's bytes (no copy)."""
+        """The extent's bytes (no copy; a file array's are read whole: small ones only come here)."""
+        array = self.array.read() if isinstance(self.array, FileArray) else self.array
         try:
-            return self.array.data.cast("B")  # .data is memoryview(array), typed as one on Python 3.11
+            return array.data.cast("B")  # .data is memoryview(array), typed as one on Python 3.11
         except (TypeError, ValueError):  # dtypes without a buffer format (ml_dtypes, 0-d arrays)
-            return self.array.reshape(-1).view(np.uint8).data
+            return array.reshape(-1).view(np.uint8).data
 
 
 class DataFilePlan:
@@ -125,7 +127,8 @@ class DataFilePlan:
             return planned
         if not self._by_address_mode:
             self._by_address_mode = True
-            for earlier in self._by_id.values():
+            for earlier in self._by_id.values():  # arrays only: a file array's extent is never shared
+                assert isinstance(earlier.array, np.ndarray)
                 self._by_address.setdefault(_address(earlier.array, earlier.nbytes), earlier)
         address = _address(array, nbytes)
         planned = self._by_address.get(address)
@@ -151,7 +154,11 @@ class DataFilePlan:
         self.size = offsets[-1] + sizes[-1]
         return planned
 
-    def _new_extent(self, array: np.ndarray, nbytes: int) -> _Planned:
+    def source_extent(self, array: FileArray, nbytes: int) -> _Planned:
+        """A new extent for an array read from a file while the data file is written (never an alias)."""
+        return self._new_extent(array, nbytes)
+
+    def _new_extent(self, array: np.ndarray | FileArray, nbytes: int) -> _Planned:
         offset = -(-self.size // ALIGNMENT) * ALIGNMENT
         planned = _Planned(array, offset, nbytes)
         self.extents.append(planned)
@@ -215,14 +222,7 @@ class DataFilePlan:
                     file_crc = _crc32c(pending, file_crc)
                     emit(pending)
                     pending = bytearray()
-                buffer = extent.buffer
-                future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
-                if future is not None:
-                    emit(buffer)
-                    crc = future.result()
-                else:
-                    crc = _crc32c(buffer)
-                    emit(buffer)
+                crc = _write_extent(extent, emit, pool)
                 file_crc = _combine(file_crc, crc, extent.nbytes)
                 for node in extent.nodes:
                     node[5] = crc
@@ -231,6 +231,25 @@ class DataFilePlan:
                 file_crc = _crc32c(pending, file_crc)
                 emit(pending)
         return file_entry(position, file_crc, digest)
+
+
+def _write_extent(extent: _Planned, emit: Any, pool: ThreadPoolExecutor) -> int:
+    """Write one extent that is not gathered through ``emit``; return its CRC-32C. A big array's checksum is
+    computed in ``pool`` while it is written; a file array is streamed through one reused buffer."""
+    if type(extent.array) is FileArray:
+        crc = 0
+        for chunk in extent.array.chunks():
+            crc = _crc32c(chunk, crc)
+            emit(chunk)
+        return crc
+    buffer = extent.buffer
+    future = _crc_in(pool, buffer) if extent.nbytes >= _THREADED_CRC_BYTES else None
+    if future is not None:
+        emit(buffer)
+        return future.result()
+    crc = _crc32c(buffer)
+    emit(buffer)
+    return crc
 
 
 _NBYTES = attrgetter("nbytes")

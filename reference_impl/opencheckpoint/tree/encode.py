@@ -33,6 +33,7 @@ from ..format.limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
 from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .datafile import DataFilePlan, Writable
+from .file_array import FileArray
 from .gc_pause import paused_gc
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .per_rank import PerRank, plan_per_rank
@@ -158,6 +159,8 @@ class TreePlan:
             return [_MARK[Tag.COMPLEX], value.real, value.imag]
         if isinstance(value, np.ndarray):
             return self._array(_plain_array(value, path), path)
+        if kind is FileArray:
+            return self._file_array(value, path)
         if isinstance(value, PRNGKeyValue):
             return self._prng_key(value, path)
         if kind is ShardedValue:
@@ -306,6 +309,17 @@ class TreePlan:
         planned = self.data.extent_for(array, nbytes, flags.owndata)
         node[3] = planned.offset
         planned.nodes.append(node)
+        return node
+
+    def _file_array(self, array: FileArray, path: str) -> list[Any]:
+        """The node of an array streamed from a file at write time (never aliased: its own extent)."""
+        if array.ndim > ARRAY_MAX_NDIM:
+            raise required(TREE.check("R-LIM-13", path, array.ndim))
+        node: list[Any] = [_MARK_ARRAY, array.dtype, array.shape, 0, array.nbytes, 0]
+        if array.nbytes:
+            planned = self.data.source_extent(array, array.nbytes)
+            node[3] = planned.offset
+            planned.nodes.append(node)
         return node
 
     def write_data(self, path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:

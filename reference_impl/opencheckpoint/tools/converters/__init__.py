@@ -22,22 +22,25 @@ neither torch nor JAX.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from ...checkpoint import Checkpoint, CheckpointFormat
+from ...container.target import check_replaceable
 from ...format.errors import CheckpointError
 from ...location import local_path
 from ...progress import ProgressArg
 from ...read.probe import is_checkpoint
-from ._common import ConversionError, Foreign
+from ._common import ConversionError, ConversionWarning, Foreign
 from .exporting import ExportResult, export
 
 SourceFormat = Literal["torch", "safetensors", "torchrl", "orbax"]
 #: Every source format, in the order auto-detection tries them.
 SOURCES: Final[tuple[SourceFormat, ...]] = ("torchrl", "orbax", "safetensors", "torch")
 
-__all__ = ["SOURCES", "ConversionError", "ExportResult", "convert", "detect_source", "export", "read_foreign"]
+__all__ = ["SOURCES", "ConversionError", "ConversionWarning", "ExportResult", "convert", "detect_source", "export",
+           "read_foreign"]
 
 
 def detect_source(path: str | os.PathLike[str]) -> SourceFormat:
@@ -45,12 +48,12 @@ def detect_source(path: str | os.PathLike[str]) -> SourceFormat:
     from .orbax_checkpoint import is_orbax_checkpoint
     from .safetensors_file import is_safetensors
     from .torch_file import is_torch_file
-    from .torchrl_checkpoint import is_torchrl_checkpoint
+    from .torchrl_checkpoint import is_torchrl_checkpoint, rotation_steps
 
     source = Path(path)
     if not source.exists():
         raise ConversionError("no such file or directory", file=str(source))
-    if is_torchrl_checkpoint(source):
+    if is_torchrl_checkpoint(source) or rotation_steps(source):
         return "torchrl"
     if is_orbax_checkpoint(source):
         return "orbax"
@@ -90,7 +93,7 @@ def _read(src: Path, kind: str, *, component: str | None, split: bool, step: int
     if kind == "torchrl":
         from .torchrl_checkpoint import read_torchrl
 
-        return read_torchrl(src)
+        return read_torchrl(src, step=step)
     if kind == "orbax":
         from .orbax_checkpoint import read_orbax
 
@@ -109,6 +112,7 @@ def convert(
     step: int | None = None,
     metadata: dict[str, Any] | None = None,
     progress: ProgressArg = None,
+    overwrite: bool = True,
 ) -> Path:
     """Convert a foreign checkpoint at ``src`` into an OpenCheckpoint checkpoint at ``dst``; return ``dst``.
 
@@ -125,21 +129,33 @@ def convert(
         component: the component name for single-component sources (``model`` for torch and
             safetensors files, ``state`` for an orbax PyTree item).
         split: torch files only: one component per top-level key of the saved dict.
-        step: orbax ``CheckpointManager`` directories only: the step to convert (default: newest).
+        step: a run directory (orbax ``CheckpointManager``, nnx_ppo's ``step_*`` folders, torchrl's
+            rotation): the step to convert (default: newest).
         metadata: extra manifest metadata (merged over what the converter records).
         progress: of the write: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``.
+        overwrite: as :meth:`Checkpoint.save`: whether a checkpoint at ``dst`` may be replaced. Anything
+            else there is never replaced. Checked before ``src`` is read (:class:`TargetExists`).
 
     The manifest metadata records ``converted_from`` (format, file name and
-    what the source recorded). A ``torch.save`` file is read with
+    what the source recorded, and under ``not_converted`` each source file left out, with why: pickles,
+    such as a torchrl replay buffer's ``prefetch.pkl`` or nnx_ppo's ``metadata.pkl``, each also a
+    :class:`ConversionWarning`). A ``torch.save`` file is read with
     ``weights_only=True``: a file that needs full unpickling is refused with
     :class:`ConversionError`, which explains what to do.
     """
+    target = local_path(dst)
+    check_replaceable(target, overwrite=overwrite)  # before a large source is read, not after
     if source == "opencheckpoint" or (source is None and is_checkpoint(local_path(src))):
         from .repack import repack
 
         return repack(src, dst, form=format)
     foreign = read_foreign(src, source, component=component, split=split, step=step)
+    if foreign.not_converted:
+        foreign.metadata.setdefault("converted_from", {})["not_converted"] = foreign.not_converted
+        for name, reason in foreign.not_converted.items():
+            warnings.warn(f"{name}: {reason}", ConversionWarning, stacklevel=2)
     checkpoint = Checkpoint(format=format or "directory")
     for name, value in foreign.components.items():
         checkpoint.register(name, value, adapter=foreign.adapters.get(name))
-    return checkpoint.save(local_path(dst), metadata={**foreign.metadata, **(metadata or {})}, progress=progress)
+    return checkpoint.save(target, metadata={**foreign.metadata, **(metadata or {})}, progress=progress,
+                           overwrite=overwrite)

@@ -30,6 +30,17 @@ class Foreign:
     components: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     adapters: dict[str, Adapter] = field(default_factory=dict)
+    #: source file -> why it was not converted (a pickle, never unpickled); recorded and warned about
+    not_converted: dict[str, str] = field(default_factory=dict)
+
+
+class ConversionWarning(UserWarning):
+    """Part of a foreign checkpoint was left out (a pickle) or may need care; the message says what and why."""
+
+
+#: Why a pickle in a foreign checkpoint is never converted.
+PICKLE_REASON = ("a Python pickle: OpenCheckpoint never unpickles (loading it could run any code), so it is "
+                 "not converted")
 
 
 class CopiedFiles:

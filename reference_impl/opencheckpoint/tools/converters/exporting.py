@@ -23,7 +23,10 @@ import numpy as np
 from ...progress import ProgressArg, advance, files_bytes, reporting
 from ...read.reader import CheckpointReader
 from ...tree.nodes import NamedTupleValue
+from ..output_file import check_output_file, write_output_file
 from ._common import ConversionError, require
+from .safetensors_file import is_safetensors
+from .torch_file import is_torch_file
 
 ExportFormat = Literal["safetensors", "torch"]
 EXPORT_FORMATS: Final = ("safetensors", "torch")
@@ -99,6 +102,7 @@ def export(
     to: ExportFormat = "safetensors",
     component: str | None = None,
     progress: ProgressArg = None,
+    overwrite: bool = True,
 ) -> ExportResult:
     """Write the arrays of checkpoint ``src`` (every component, or ``component``) to ``dst``.
 
@@ -106,10 +110,16 @@ def export(
     Names that collide (``a.b`` from ``{"a.b": x}`` and ``{"a": {"b": y}}``) raise
     :class:`ConversionError` rather than one overwriting the other. ``progress``: of the read,
     ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)``, per component.
+
+    As a save: an existing ``dst`` is replaced only with ``overwrite`` and only if it is a file of the
+    format written (an earlier export); anything else there (a checkpoint, a folder, another file) raises
+    :class:`~opencheckpoint.errors.TargetExists` before anything is read. The file is written under a
+    hidden name beside ``dst`` and renamed into place.
     """
     if to not in EXPORT_FORMATS:
         raise ConversionError(f"unknown export format {to!r}; one of {', '.join(EXPORT_FORMATS)}", field="to")
     target = Path(dst)
+    check_output_file(target, kind=f"{to} file", overwrite=overwrite, recognised=_RECOGNISED[to])
     collected = _Collected(str(src), to, ExportResult(path=target))
     with CheckpointReader(src) as reader:
         names = list(reader.components)
@@ -124,10 +134,15 @@ def export(
     result.tensors = list(collected.tensors)
     result.values = list(collected.values)
     if to == "safetensors":
-        _write_safetensors(target, collected.tensors, collected.values, manifest_metadata)
+        write_output_file(target, lambda out: _write_safetensors(out, collected.tensors, collected.values,
+                                                                 manifest_metadata))
     else:
-        _write_torch(target, collected.tensors, collected.values)
+        write_output_file(target, lambda out: _write_torch(out, collected.tensors, collected.values))
     return result
+
+
+#: What an existing export target must be for ``overwrite`` to replace it, per output format.
+_RECOGNISED: Final = {"safetensors": is_safetensors, "torch": is_torch_file}
 
 
 class _Collected:

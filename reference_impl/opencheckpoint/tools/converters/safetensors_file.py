@@ -9,13 +9,13 @@ checkpoint whether torch or safetensors reads it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-
 from ...format.dtypes import numpy_dtype
 from ...tree.decode import empty_array
+from ...tree.file_array import FileArray
 from ._common import ConversionError, Foreign, converted_from, require
 
 #: safetensors dtype code -> OpenCheckpoint dtype name.
@@ -44,32 +44,49 @@ def is_safetensors(path: Path) -> bool:
 
 
 def read_safetensors(path: Path, component: str = "model") -> Foreign:
-    """Every tensor of the file, by its name, in one tree component; the file's metadata kept."""
+    """Every tensor of the file, by its name, in one tree component; the file's metadata kept.
+
+    The header is checked by the ``safetensors`` package (``safe_open``); the tensors become
+    :class:`~opencheckpoint.tree.file_array.FileArray` leaves, so the save streams each tensor's bytes from
+    the file: memory does not grow with the file.
+    """
     safetensors = require("safetensors", "peers", "reading safetensors files")
-    data = path.read_bytes()
     try:
-        entries = safetensors.deserialize(data)
-        with safetensors.safe_open(str(path), framework="np") as handle:
+        with safetensors.safe_open(str(path), framework="np") as handle:  # validates the header and offsets
             file_metadata = handle.metadata() or {}
+            names = list(handle.keys())
     except Exception as exc:  # SafetensorError and friends: the binding's own classes vary by version
         raise ConversionError(f"not a valid safetensors file: {exc}", file=str(path)) from None
+    header, data_start = _header(path)
     tensors: dict[str, Any] = {}
-    for name, info in entries:
-        code = info["dtype"]
-        if code not in SAFETENSORS_DTYPES:
-            raise ConversionError(f"tensor {name!r} has dtype {code}, which OpenCheckpoint has no name for",
-                                  file=str(path), field=name)
-        dtype = numpy_dtype(SAFETENSORS_DTYPES[code])
-        shape = tuple(info["shape"])
-        if 0 in shape:  # NumPy refuses some empty shapes (``[2**62, 0]``: "array is too big")
-            tensors[name] = empty_array(shape, dtype)
-            continue
-        try:
-            tensors[name] = np.frombuffer(info["data"], dtype=dtype).reshape(shape).copy()
-        except ValueError as exc:
-            raise ConversionError(f"tensor {name!r} of shape {list(shape)}: {exc}", file=str(path),
-                                  field=name) from None
+    for name in sorted(names, key=lambda n: header[n]["data_offsets"][0]):  # file order: one sequential read
+        tensors[name] = _tensor(path, name, header[name], data_start)
     metadata: dict[str, Any] = {"converted_from": converted_from("safetensors", path)}
     if file_metadata:
         metadata[METADATA_KEY] = dict(file_metadata)
     return Foreign(components={component: tensors}, metadata=metadata)
+
+
+def _header(path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON header (already validated by ``safe_open``) and where the data starts."""
+    with open(path, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+    return header, 8 + size
+
+
+def _tensor(path: Path, name: str, info: dict[str, Any], data_start: int) -> Any:
+    code = info["dtype"]
+    if code not in SAFETENSORS_DTYPES:
+        raise ConversionError(f"tensor {name!r} has dtype {code}, which OpenCheckpoint has no name for",
+                              file=str(path), field=name)
+    dtype_name = SAFETENSORS_DTYPES[code]
+    shape = tuple(info["shape"])
+    if 0 in shape:  # NumPy refuses some empty shapes (``[2**62, 0]``: "array is too big")
+        return empty_array(shape, numpy_dtype(dtype_name))
+    begin, end = info["data_offsets"]
+    array = FileArray(path, data_start + begin, dtype_name, shape)
+    if array.nbytes != end - begin:
+        raise ConversionError(f"tensor {name!r} of shape {list(shape)} {dtype_name} needs {array.nbytes} bytes, "
+                              f"its data_offsets give {end - begin}", file=str(path), field=name)
+    return array

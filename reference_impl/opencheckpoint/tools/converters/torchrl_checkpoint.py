@@ -15,7 +15,11 @@ name -> ``{"adapter", "adapter_version", "path", "files"}``), each component in
 * any other adapter (``torchrl.dump_load``, custom ones) -> a ``files`` component,
   byte for byte.
 
-Nothing is unpickled and nothing named in the files is imported.
+A torchrl rotation directory (``checkpoint-000000000100`` folders or ``.torchrl``
+archives, what ``RunCheckpointer`` writes) converts its newest checkpoint, or the
+one of ``step``. Nothing is unpickled (a pickle among a component's files, such as
+a replay buffer's ``prefetch.pkl``, is left out and named in ``not_converted``) and
+nothing named in the files is imported.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import io
 import json
 import posixpath
+import re
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -36,7 +41,7 @@ import numpy as np
 from ...format.dtypes import dtype_name, numpy_dtype
 from ...format.errors import CheckpointError
 from ...tree.nodes import DtypeValue
-from ._common import ConversionError, CopiedFiles, FilesAdapter, Foreign, converted_from, require
+from ._common import PICKLE_REASON, ConversionError, CopiedFiles, FilesAdapter, Foreign, converted_from, require
 from .torch_file import MODULE_STATE_ADAPTER, is_module_state
 
 FORMAT_NAME: Final = "torchrl.checkpoint"
@@ -112,8 +117,40 @@ def is_torchrl_checkpoint(path: Path) -> bool:
         source.close()
 
 
-def read_torchrl(path: Path) -> Foreign:
-    """Every component of a torchrl checkpoint; its manifest metadata is kept as the metadata."""
+#: A checkpoint of torchrl's ``CheckpointRotation``: ``<prefix>-<step>`` (a folder) or ``<prefix>-<step>.torchrl``.
+_ROTATED: Final = re.compile(r"(?P<prefix>.+)-(?P<step>[0-9]+)(?:\.torchrl)?")
+
+
+def rotation_steps(path: Path) -> dict[int, Path]:
+    """The checkpoints of a torchrl rotation directory (``RunCheckpointer``'s run folder) by step; {} for
+    anything else. Of two checkpoints of one step (a folder and an archive) the newer file wins."""
+    if not path.is_dir() or (path / MANIFEST).exists():
+        return {}
+    found: dict[int, Path] = {}
+    for entry in sorted(path.iterdir()):
+        match = _ROTATED.fullmatch(entry.name)
+        if match is None or not is_torchrl_checkpoint(entry):
+            continue
+        step = int(match["step"])
+        if step not in found or entry.stat().st_mtime_ns > found[step].stat().st_mtime_ns:
+            found[step] = entry
+    return found
+
+
+def read_torchrl(path: Path, step: int | None = None) -> Foreign:
+    """Every component of a torchrl checkpoint; its manifest metadata is kept as the metadata.
+
+    ``path`` may be a rotation directory: its newest checkpoint is read, or the one of ``step``.
+    """
+    steps = rotation_steps(path)
+    if steps:
+        chosen = max(steps) if step is None else step
+        if chosen not in steps:
+            raise ConversionError(f"no checkpoint of step {chosen} (has: {sorted(steps)})", file=str(path),
+                                  field="step")
+        foreign = read_torchrl(steps[chosen])
+        foreign.metadata["converted_from"].update(name=f"{path.name}/{steps[chosen].name}", step=chosen)
+        return foreign
     source = _Source(path)
     try:
         manifest = _manifest_of(source)
@@ -138,14 +175,29 @@ def read_torchrl(path: Path) -> Foreign:
                     if is_module_state(state):
                         foreign.adapters[name] = MODULE_STATE_ADAPTER
                 else:
-                    foreign.components[name] = CopiedFiles(
-                        {rel: source.read(posixpath.join(record["path"], rel)) for rel in files})
+                    foreign.components[name] = CopiedFiles(_copied(source, name, record["path"], files, foreign))
                     foreign.adapters[name] = FilesAdapter()
             except ConversionError as exc:
                 raise exc.at(field=where) from None
         return foreign
     finally:
         source.close()
+
+
+def _copied(source: _Source, name: str, root: str, files: list[str], foreign: Foreign) -> dict[str, bytes]:
+    """The files of a dump/load component, byte for byte, but no pickle (``not_converted`` says which).
+
+    torchrl's replay buffer writes its prefetch queue as ``prefetch.pkl`` and unpickles it on load; without
+    the file it starts with an empty queue (the next samples are drawn afresh), so the buffer still loads.
+    """
+    copied: dict[str, bytes] = {}
+    for rel in files:
+        if rel.rsplit("/", 1)[-1].endswith((".pkl", ".pickle")):
+            what = " (the replay buffer's prefetch queue; it loads without it)" if rel == "prefetch.pkl" else ""
+            foreign.not_converted[f"{name}/{rel}"] = PICKLE_REASON + what
+            continue
+        copied[rel] = source.read(posixpath.join(root, rel))
+    return copied
 
 
 # -- state dicts ---------------------------------------------------------------------------------------------
