@@ -38,10 +38,9 @@ MEMBERS: dict[str, list[str]] = {
     "sharding": ["sharding"],
     "read": ["read"],
     "adapters": ["adapters", "options"],
-    "write": ["write", "saving", "async_save", "snapshot"],
+    "write": ["write"],
     "api": ["checkpoint", "loading"],
-    # rotation* and remote/rotation move into run/rotation.py with the one-Rotation work (write side).
-    "run": ["run", "rotation", "rotation_policy", "rotation_state", "remote.rotation"],
+    "run": ["run"],
     "conformance": ["conformance"],
     "tools": ["tools"],
     "facade": [""],  # the package root: `import opencheckpoint` and its public names
@@ -67,20 +66,13 @@ CAPTIONS = {
     "examples": "CartPole actor-critic, training run, demo",
     "cli": "the opencheckpoint command",
 }
-#: Top-level modules the write-side work moves into write/ and run/ (issue 21 item 0; owner: the
-#: save-pipeline engineer). The lead drops this list once that work is merged.
-PENDING_TOP_LEVEL = ("saving", "async_save", "snapshot", "rotation", "rotation_policy", "rotation_state",
-                     "manifest_builder", "progress")
-#: Import cycles still expected: checkpoint <-> async_save <-> snapshot is the write side's (one save
-#: pipeline, issue 21 item 0; owner: the save-pipeline engineer). The lead removes it after that merge.
-EXPECTED_CYCLES = [[f"{ROOT}.async_save", f"{ROOT}.checkpoint", f"{ROOT}.snapshot"],
-                   # tree/per_rank.py (PerRank, issue 25; owner: the sharded-restore engineer) names
+#: Import cycles still expected (each with its owner; none may be added).
+EXPECTED_CYCLES = [# tree/per_rank.py (PerRank, issue 25; owner: the sharded-restore engineer) names
                    # encode.TreePlan under TYPE_CHECKING while encode imports it: arrived with main at the
                    # last merge of the layers branch; to be broken (a planner protocol) and dropped here.
                    [f"{ROOT}.tree.encode", f"{ROOT}.tree.per_rank"]]
-#: Upward edges still expected: the same write-side cycle's two edges into checkpoint (same owner).
-EXPECTED_UPWARD = [(f"{ROOT}.async_save", f"{ROOT}.checkpoint"), (f"{ROOT}.snapshot", f"{ROOT}.checkpoint"),
-                   # conformance/runner -> tools/output_file (owner: the tools engineer; arrived with main at
+#: Upward imports still expected (each with its owner; none may be added).
+EXPECTED_UPWARD = [# conformance/runner -> tools/output_file (owner: the tools engineer; arrived with main at
                    # the layers branch's last merge). output_file imports only format/errors: it belongs in
                    # a low layer whose package __init__ is light (container/__init__ loads the readers, which
                    # `opencheckpoint --help` must not), then this entry goes.
@@ -90,7 +82,7 @@ EXPECTED_UPWARD = [(f"{ROOT}.async_save", f"{ROOT}.checkpoint"), (f"{ROOT}.snaps
 #: builds the torch and JAX values it checks.
 FRAMEWORK_IMPORTERS = (f"{ROOT}.examples.", f"{ROOT}.run.rng", f"{ROOT}.testing.tensor_kinds")
 #: Layer packages whose ``__init__`` docstring says what the layer owns and may import.
-LAYER_PACKAGES = ["format", "rules", "container", "remote", "tree", "sharding", "read", "adapters", "run",
+LAYER_PACKAGES = ["format", "rules", "container", "remote", "tree", "sharding", "read", "adapters", "write", "run",
                   "conformance", "tools", "testing", "examples", "cli"]
 #: Top-level modules, each with its layer (a new one is a decision, not an accident).
 TOP_LEVEL = {f"{ROOT}.{name}" for names in MEMBERS.values() for name in names if name and "." not in name

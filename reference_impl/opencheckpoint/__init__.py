@@ -42,7 +42,7 @@ from .format.version import __version__
 #: Public name -> the module that defines it, imported when the name is first used.
 _LAZY: dict[str, str] = {
     "LazyArray": ".read.arrays",
-    "SaveHandle": ".async_save",
+    "SaveHandle": ".write.async_save",
     "Checkpoint": ".checkpoint",
     "LoadResult": ".checkpoint",
     "ConversionError": ".tools.converters",
@@ -67,7 +67,6 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
-    from .async_save import SaveHandle
     from .checkpoint import Checkpoint, LoadResult
     from .format.kind_migrations import register_migration
     from .options import CheckpointOptions
@@ -80,6 +79,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from .tools.diffing import DiffReport, diff
     from .tree.nodes import NamedTupleValue, PRNGKeyValue
     from .tree.per_rank import PerRank
+    from .write.async_save import SaveHandle
 
 
 def __getattr__(name: str) -> Any:

@@ -15,21 +15,16 @@ True
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, overload
 
 from . import loading
-from .adapters.base import Adapter, ComponentWriter, DumpLoadAdapter, resolve_adapter, stored_kind_adapter
+from .adapters.base import Adapter, DumpLoadAdapter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
-from .async_save import SaveHandle, save_in_background, wait_for_target
-from .container.publish import fault_point
-from .container.staged import StagedCheckpoint
-from .format.errors import CheckpointError, UnsupportedLocation, UnsupportedValue
+from .format.errors import UnsupportedLocation, UnsupportedValue
 from .format.paths import check_segment
 from .format.producer import checked_metadata
 from .loading import LoadResult
@@ -42,15 +37,11 @@ from .read.probe import is_checkpoint, manifest
 from .read.reader import CheckpointReader
 from .read.restore_plan import Rename, RestorePlan
 from .remote.fspath import FsPath
-from .saving import collective_arguments, lost_races, manifest_fields, save_as_rank, save_staged
 from .sharding.agreement import agreement
 from .sharding.collective import Collective
-from .sharding.sink import LocalSink
-from .snapshot import save_planned
-from .tree.sink import current_sink, installed
-
-if TYPE_CHECKING:
-    from .container.archive_writer import ArchiveWriter
+from .write import pipeline
+from .write.async_save import SaveHandle, save_in_background, wait_for_target
+from .write.plan import ComponentSpec, SaveRequest
 
 CheckpointFormat = Literal["directory", "archive"]
 _STRICTNESS = STRICTNESS
@@ -236,70 +227,36 @@ class Checkpoint:
         An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
         location = resolve_location(path)
+        request = self._request(components=components, metadata=metadata, format=format,
+                                checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
+                                producer=producer, component_options=component_options)
+        collective = resolve_collective(process_group, timeout)
+        if isinstance(location, FsPath) and collective is not None and collective.world_size > 1:
+            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
+                                      "path only, not yet to a URL: save to such a path and upload the "
+                                      "checkpoint directory, or save from one process", file=str(location))
+        wait_for_target(location)
+        return pipeline.save(location, request, collective=collective, progress=progress)
+
+    def _request(self, *, components: Collection[str] | None, metadata: Mapping[str, Any] | None,
+                 format: CheckpointFormat | None, checkpoint_id: str | None, created_at: str | None,
+                 overwrite: bool, producer: Mapping[str, Any] | None,
+                 component_options: Mapping[str, CheckpointOptions] | None) -> SaveRequest:
+        """A save's arguments resolved: the components, each with its adapter and merged options (usage errors
+        raise here, before anything is written), and the manifest fields (the metadata checked and copied)."""
         output = self._output(format)
-        if isinstance(location, FsPath):
-            return self._save_remote(location, output, resolve_collective(process_group, timeout),
-                                     components=components, metadata=metadata,
-                                     checkpoint_id=checkpoint_id, created_at=created_at, producer=producer,
-                                     component_options=component_options, progress=progress)
-        target = location.absolute()
-        wait_for_target(target)
         names = self._selection(self.save_components if components is None else components)
         options = self._save_options(names, component_options)
-        adapters = {name: self._adapter(name, options[name]) for name in names}  # usage errors before any write
+        specs = []
+        for name in names:
+            chosen = options[name]
+            specs.append(ComponentSpec(name, self._components[name][0], self._adapter(name, chosen), chosen,
+                                       sha256=self.sha256 if chosen.sha256 is None else chosen.sha256))
         given = {"metadata": checked_metadata(metadata), "checkpoint_id": checkpoint_id, "created_at": created_at,
-                 "producer": producer}
-        self._save_local(target, names, options, adapters, output, overwrite, given,
-                         resolve_collective(process_group, timeout), progress)
-        return target
+                 "producer": None if producer is None else copy.deepcopy(dict(producer))}
+        return SaveRequest(specs, given, form=output, durable=self.durable, overwrite=overwrite)
 
-    def _save_local(self, target: Path, names: list[str], options: Mapping[str, CheckpointOptions],
-                    adapters: Mapping[str, Adapter], output: CheckpointFormat, overwrite: bool,
-                    given: Mapping[str, Any], collective: Collective | None, progress: ProgressArg) -> None:
-        """The checked save of ``names`` to a local ``target``: planned (``progress``), by this process alone,
-        or as one rank of a collective save. A publication race lost to another writer raises
-        :class:`~opencheckpoint.format.errors.ConcurrentModification`."""
-        if progress:  # the total must be known up front: every component is planned, then written
-            if collective is not None:
-                raise UnsupportedValue("progress= is not supported in a collective (multi-rank) save",
-                                       field="progress")
-            save_planned(self, target, names, options, progress, format=output, overwrite=overwrite, **given)
-            return
-        write = functools.partial(self._save_components, names, adapters, options)
-        with lost_races(target):
-            if collective is None:
-                save_staged(target, write, manifest_fields(**given), form=output, durable=self.durable,
-                            overwrite=overwrite)
-            else:
-                save_as_rank(target, collective, write, manifest_fields(**given),
-                             self._collective_arguments(names, adapters, options, output, overwrite, given),
-                             form=output, durable=self.durable, overwrite=overwrite)
-
-    def _collective_arguments(self, names: list[str], adapters: Mapping[str, Adapter],
-                              options: Mapping[str, CheckpointOptions], output: CheckpointFormat, overwrite: bool,
-                              given: Mapping[str, Any]) -> dict[str, Any]:
-        """This save's arguments as every rank of a collective save must pass them alike
-        (:func:`.saving.collective_arguments`)."""
-        sha256 = [self.sha256 if options[n].sha256 is None else options[n].sha256 for n in names]
-        return collective_arguments(names, [adapters[n].kind for n in names], sha256, **given, format=output,
-                                    overwrite=overwrite, durable=self.durable)
-
-    def _save_components(self, names: list[str], adapters: Mapping[str, Adapter],
-                         options: Mapping[str, CheckpointOptions], root: Path, staged: StagedCheckpoint | None,
-                         ) -> dict[str, dict[str, Any]]:
-        """Run each component's adapter into ``root/components/NAME``; the component records by name."""
-        records: dict[str, dict[str, Any]] = {}
-        with installed(LocalSink()) if current_sink() is None else contextlib.nullcontext() as local:
-            for name in names:
-                records[name] = self._save_component(name, root, None if staged is None else staged.archive,
-                                                     adapters[name], options[name])
-                if staged is not None:
-                    staged.pack({name: records[name]})  # files an adapter wrote itself, in manifest order
-                if isinstance(local, LocalSink) and root / "components" / name in local.sharded:
-                    records[name]["kind_version"] = 2  # a tree with sharded arrays (format version 2)
-        return records
-
-    def save_async(self, path: str | os.PathLike[str], *, components: Collection[str] | None = None,
+    def save_async(self, path: PathArg, *, components: Collection[str] | None = None,
                    metadata: Mapping[str, Any] | None = None, format: CheckpointFormat | None = None,
                    checkpoint_id: str | None = None, created_at: str | None = None, overwrite: bool = True,
                    producer: Mapping[str, Any] | None = None,
@@ -329,9 +286,10 @@ class Checkpoint:
             # Collectives from a background thread would race the training loop's own on the same group.
             raise UnsupportedValue("save_async is not supported in a multi-process job (torch.distributed or "
                                    "jax.distributed); call save on every rank", field="save_async")
-        return save_in_background(self, path, components=components, metadata=metadata, format=format,
-                                  checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
-                                  producer=producer, component_options=component_options, progress=progress,
+        request = self._request(components=components, metadata=metadata, format=format,
+                                checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
+                                producer=producer, component_options=component_options)
+        return save_in_background(resolve_location(path), request, progress=progress,
                                   max_pending_bytes=max_pending_bytes)
 
     def _output(self, format: CheckpointFormat | None) -> CheckpointFormat:
@@ -345,43 +303,6 @@ class Checkpoint:
         """Each saved component's options: the registered ones with this save's ``component_options`` merged."""
         overrides = check_option_names(component_options, names, "save")
         return {name: self._merged(name, overrides) for name in names}
-
-    def _save_remote(self, target: FsPath, output: CheckpointFormat, group: Collective | None,
-                     **options: Any) -> FsPath:
-        """Save to an fsspec location: written locally with :meth:`save` (no fsync: it is a scratch copy),
-        uploaded data objects first, ``manifest.json`` last (:mod:`opencheckpoint.remote.publish`).
-        A collective save (``group`` of several ranks) is refused, on each rank before any scratch exists."""
-        if group is not None and group.world_size > 1:
-            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
-                                      "path only, not yet to a URL: save to such a path and upload the "
-                                      "checkpoint directory, or save from one process", file=str(target))
-        if output != "directory":
-            raise UnsupportedLocation("the archive form is written to local paths only; on a remote filesystem a "
-                                      "checkpoint is stored in directory form (format='directory')",
-                                      file=str(target))
-        from .remote.failures import storage_errors  # the remote writer loads only when a remote path is used
-        from .remote.publish import publish_remote
-
-        scratch = copy.copy(self)
-        scratch.durable = False
-        with storage_errors(target, "save a checkpoint here"):
-            return publish_remote(lambda local: scratch.save(local, format="directory", **options), target)
-
-    def _save_component(self, name: str, root: Path, archive: ArchiveWriter | None, adapter: Adapter,
-                        options: CheckpointOptions) -> dict[str, Any]:
-        value, _ = self._components[name]
-        sha256 = self.sha256 if options.sha256 is None else options.sha256
-        writer = ComponentWriter(root / "components" / name, durable=self.durable, sha256=sha256,
-                                 archive=archive, member_prefix=f"components/{name}",
-                                 method_args=options.save_args or (), method_kwargs=dict(options.save_kwargs or {}))
-        fault_point(f"write-component:{name}")
-        try:
-            adapter.save(value, writer)
-        except CheckpointError as exc:
-            # The component being written is the "file" a save error is about; the field stays the
-            # location inside its value (e.g. ``$.layer1.w``).
-            raise exc.at(file=f"component {name!r}") from None
-        return writer.record(adapter.kind, adapter.kind_version, f"components/{name}")
 
     # -- loading -------------------------------------------------------------------------
     def load(self, path: PathArg, *, components: Collection[str] | None = None, strict: Strictness | None = None,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opencheckpoint.rotation_state import STATE_NAME
+from opencheckpoint.run.rotation_state import STATE_NAME
 
 pytest.importorskip("jax")
 pytest.importorskip("flax.nnx")

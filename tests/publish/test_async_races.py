@@ -19,8 +19,8 @@ import pytest
 from write_hold import hold_writes, reset_fault_hook  # noqa: F401  (an autouse fixture)
 
 from opencheckpoint import Checkpoint, read_component
-from opencheckpoint import async_save as async_module
-from opencheckpoint.async_save import target_key
+from opencheckpoint.write import async_save as async_module
+from opencheckpoint.write.async_save import target_key
 
 
 def _python(script: str, *args: str) -> subprocess.CompletedProcess[str]:

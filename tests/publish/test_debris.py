@@ -17,8 +17,8 @@ import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
 from opencheckpoint.container import debris, publish
-from opencheckpoint.rotation_state import STATE_NAME
-from opencheckpoint.run.checkpointer import Rotation
+from opencheckpoint.run import Rotation
+from opencheckpoint.run.rotation_state import STATE_NAME
 
 
 @pytest.fixture(autouse=True)

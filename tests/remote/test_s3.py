@@ -75,6 +75,17 @@ def _state() -> dict[str, Any]:
     return {"w": np.arange(1 << 16, dtype=np.float32), "bias": np.ones(7, np.float64), "step": 12}
 
 
+def test_a_save_to_s3_runs_the_save_pipelines_stages(s3: Any, s3_server: Any, monkeypatch: pytest.MonkeyPatch,
+                                                     ) -> None:
+    from stage_spy import StageSpy
+
+    spy = StageSpy().install(monkeypatch.setattr)
+    where = FsPath.from_url(f"s3://{s3.test_bucket}/run/ckpt", **s3_server.options())
+    saved = Checkpoint(model=_state()).save(where)
+    assert spy.stages_for(saved) == ["plan", "write", "commit"]
+    assert validate(saved).ok
+
+
 def test_round_trip_through_a_url_with_storage_options(s3: Any, s3_server: Any) -> None:
     where = FsPath.from_url(f"s3://{s3.test_bucket}/run/ckpt", **s3_server.options())
     saved = Checkpoint(model=_state(), config={"lr": 3e-4}).save(where, metadata={"step": 12})

@@ -18,8 +18,8 @@ import pytest
 
 from opencheckpoint import Checkpoint, CheckpointError, UnsupportedVersion, read_component
 from opencheckpoint.container import debris
-from opencheckpoint.rotation_state import STATE_NAME, read_state
-from opencheckpoint.run.checkpointer import Rotation, RunCheckpointer
+from opencheckpoint.run import Rotation, RunCheckpointer
+from opencheckpoint.run.rotation_state import STATE_NAME, read_state
 
 
 def test_checkpoints_moved_in_or_copied_under_another_name_are_never_pruned(tmp_path: Path) -> None:

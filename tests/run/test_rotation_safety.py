@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, IntegrityError, validate
-from opencheckpoint.rotation_state import STATE_NAME
-from opencheckpoint.run.checkpointer import ROTATION_KEY, Rotation, RunCheckpointer
+from opencheckpoint.run import ROTATION_KEY, Rotation, RunCheckpointer
+from opencheckpoint.run.rotation_state import STATE_NAME
 
 
 def listing(directory: Path) -> list[str]:

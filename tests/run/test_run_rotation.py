@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from opencheckpoint import Checkpoint, NotACheckpoint
-from opencheckpoint.rotation_state import STATE_NAME
-from opencheckpoint.run.checkpointer import Rotation, resolve_checkpoint_path
+from opencheckpoint.run import Rotation, resolve_checkpoint_path
+from opencheckpoint.run.rotation_state import STATE_NAME
 
 
 def names(paths: list[Path]) -> list[str]:

@@ -1,7 +1,8 @@
 """One rank of a gloo process group on this machine, run by the sharding tests as a subprocess.
 
 ``python dist_worker.py SCENARIO RANK WORLD PORT PATH``: joins the group at
-127.0.0.1:PORT, runs SCENARIO (``save``, ``load``, ``load-corrupt``, ``load-misuse``, ``die``, ``hang``),
+127.0.0.1:PORT, runs SCENARIO (``save``, ``save-spied``, ``load``, ``load-corrupt``, ``load-misuse``, ``die``,
+``hang``),
 and exits 0 when it did what the scenario expects (what it found is printed for the test to read).
 """
 
@@ -77,6 +78,15 @@ def save(rank: int, world: int, path: str) -> None:
     Checkpoint(model=net, optim=optimizer, extra=extras(world)).save(path, timeout=60)
     write_expected(rank, net, optimizer, path)
     print(f"rank {rank}: saved", flush=True)
+
+
+def save_spied(rank: int, world: int, path: str) -> None:
+    """A collective save of DTensors with the save pipeline's stages spied on: prints the stages this rank ran."""
+    from stage_spy import StageSpy
+
+    spy = StageSpy().install()
+    Checkpoint(extra=extras(world)).save(path, timeout=60)
+    print(f"rank {rank}: stages {json.dumps(spy.stages_for(path))}", flush=True)
 
 
 def write_expected(rank: int, net: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str) -> None:
@@ -218,8 +228,8 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "load": load, "load-corrupt": load_corrupt, "load-misuse": load_misuse, "die": die,
-     "hang": hang}[scenario](rank, world, path)
+    {"save": save, "save-spied": save_spied, "load": load, "load-corrupt": load_corrupt, "load-misuse": load_misuse,
+     "die": die, "hang": hang}[scenario](rank, world, path)
     if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
         dist.destroy_process_group()
 

@@ -105,6 +105,16 @@ def test_a_four_rank_checkpoint_restores_into_a_plain_model_in_one_process(four_
     assert validate(four_rank_checkpoint).ok
 
 
+def test_a_gloo_collective_save_runs_the_pipeline_plan_and_write_on_every_rank_commit_once(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt"
+    results = launch("save-spied", 2, path)
+    for result in results:
+        assert result.returncode == 0, result.stderr
+    stages = [json.loads(r.stdout.strip().rsplit("stages ", 1)[1]) for r in results]
+    assert stages == [["plan", "write", "commit"], ["plan", "write"]]  # the coordinator alone commits
+    assert validate(path).ok
+
+
 def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_path: Path) -> None:
     path = Checkpoint(state={"b": np.arange(3)}).save(tmp_path / "ckpt")
     before = (path / "manifest.json").read_bytes()

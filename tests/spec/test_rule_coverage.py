@@ -44,7 +44,7 @@ _CHAIN = "a rule of the migration-chain declaration: a model validator of Migrat
 _COLLECTIVE = ("the collective save procedure (format version 2, §S.7): a writer obligation met by the save engine "
                "of opencheckpoint.sharding; its multi-process tests (rank death, no publication) pin the behaviour")
 _META = "a rule about other rules (it names the error class or itemsize they use); each of those has its check"
-_REMOTE = "a writer obligation on object stores: remote/publish.py and remote/rotation.py meet it by construction; "
+_REMOTE = "a writer obligation on object stores: remote/publish.py and run/remote_store.py meet it by construction; "
 _REMOTE += "tests/remote covers it (memory:// and an S3 server, a writer killed before its manifest)"
 
 #: Rule ID -> why it has no check site of its own.

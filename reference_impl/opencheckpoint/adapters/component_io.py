@@ -54,12 +54,10 @@ class ComponentWriter:
                                      sha256=self.sha256, archive=self.archive, member_prefix=self.member_prefix))
 
     def write_json(self, value: Any) -> None:
-        try:
-            data = encode_utf8(dump_json(value) + "\n")
-        except CheckpointError as exc:  # a lone surrogate: no UTF-8 file can hold it (the rule a reader checks)
-            raise UnsupportedValue(f"a string is not valid Unicode ({exc.message}): a json component holds "
-                                   "Unicode text only; fix the string, or store bytes in a tree component",
-                                   rule=exc.rule) from None
+        self.write_encoded_json(encode_json(value))
+
+    def write_encoded_json(self, data: bytes) -> None:
+        """Store ``value.json`` from the bytes :func:`encode_json` made."""
         if self.archive is not None:
             self.archive.add_bytes(f"{self.member_prefix}/value.json", data)
             self.files["value.json"] = small_file_entry(data, sha256=self.sha256)
@@ -90,6 +88,16 @@ class ComponentWriter:
                     raise IncompatibleComponent("dump() created a symlink; checkpoints hold regular files only",
                                                 file=rel)
                 self.files[rel] = _file_entry(full, durable=self.durable, sha256=self.sha256)
+
+
+def encode_json(value: Any) -> bytes:
+    """The bytes of a json component's ``value.json`` (refused unless every string is valid Unicode)."""
+    try:
+        return encode_utf8(dump_json(value) + "\n")
+    except CheckpointError as exc:  # a lone surrogate: no UTF-8 file can hold it (the rule a reader checks)
+        raise UnsupportedValue(f"a string is not valid Unicode ({exc.message}): a json component holds "
+                               "Unicode text only; fix the string, or store bytes in a tree component",
+                               rule=exc.rule) from None
 
 
 def _file_entry(path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:

@@ -4,8 +4,7 @@ The storage layer's remote half: ``FsPath``, the reader's view of a prefix
 (``source``, ``spill``), storage failures as ``CheckpointError``s and
 publication on object stores. Like ``container/`` it may import only the format
 core, ``location`` and ``container/``; opening a remote checkpoint (steps 1-11)
-is ``read/remote_opening``. (``rotation`` is run-layer code that moves to
-``run/`` with the one-Rotation work.)"""
+is ``read/remote_opening``; a rotation on a prefix is ``run/remote_store``."""
 
 from .fspath import FsPath
 

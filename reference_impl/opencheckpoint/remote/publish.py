@@ -8,7 +8,8 @@ its ``manifest.json`` exists, and readers already treat a prefix without one as
    overwritten in place: a rotation writes new prefixes), or holds any object
    (R-PUB-21), after removing the debris of ended writers of that target;
 2. writes the checkpoint into a local temporary directory with the ordinary
-   writer (trees, JSON, adapters' files, every checksum);
+   writer (trees, JSON, adapters' files, every checksum: the save pipeline's
+   :class:`~opencheckpoint.write.object_store.ObjectStoreTarget`);
 3. writes a *writer marker*, the sibling object ``.NAME.oc-staging-<writer token>``
    (the staging naming of §12.1) holding the upload plan (every object name it
    will write), before any object below the target, so the debris of a killed
@@ -27,10 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
@@ -64,21 +64,17 @@ def _marker(target: FsPath, kind: str, content: bytes) -> Iterator[FsPath]:
             _ACTIVE.discard(marker.path)
 
 
-def publish_remote(write_local: Callable[[Path], object], target: FsPath) -> FsPath:
-    """Write a checkpoint with ``write_local(local_path)`` and publish it at ``target``, manifest last.
+def upload_checkpoint(staged: Path, target: FsPath) -> None:
+    """Publish the complete local checkpoint ``staged`` at ``target``: data objects first, manifest last.
 
     The writer marker records the upload plan (every object name the save will write), so that what a killed
-    save leaves is deleted by name and nothing else below the prefix ever is (R-PUB-24).
+    save leaves is deleted by name and nothing else below the prefix ever is (R-PUB-24). The caller checked
+    the target (:func:`check_remote_target`) before writing anything.
     """
-    check_remote_target(target)
-    with tempfile.TemporaryDirectory(prefix="opencheckpoint-upload-") as scratch:
-        staged = Path(scratch) / "checkpoint"
-        write_local(staged)
-        objects = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
-        plan = {"target": target.name, "started": time.time(), "objects": objects}
-        with _marker(target, "staging", json.dumps(plan).encode()) as marker:
-            _upload(staged, objects, target, marker)
-    return target
+    objects = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
+    plan = {"target": target.name, "started": time.time(), "objects": objects}
+    with _marker(target, "staging", json.dumps(plan).encode()) as marker:
+        _upload(staged, objects, target, marker)
 
 
 def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) -> None:

@@ -1,6 +1,7 @@
-"""Resuming training runs: checkpoint rotation, periodic saves, clean stops on signals.
+"""Periodic saves and resuming a run: :class:`RunCheckpointer` and :func:`resolve_checkpoint_path`.
 
-Framework-neutral: works with any :class:`~opencheckpoint.Checkpoint`.
+Framework-neutral: works with any :class:`~opencheckpoint.Checkpoint`. Re-exported,
+with :class:`Rotation` and :class:`StopOnSignal`, by :mod:`opencheckpoint.run`.
 
 * :class:`Rotation` keeps a directory of ``checkpoint-000000001234`` checkpoints
   (archives end in ``.ocp``): the ``keep_last`` most recently written, plus the
@@ -32,13 +33,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from ..async_save import SaveHandle
 from ..checkpoint import Checkpoint, LoadResult
-from ..format.errors import CheckpointError, NotACheckpoint, UnsupportedLocation
+from ..format.errors import CheckpointError, NotACheckpoint
 from ..location import Location, PathArg, resolve_location
 from ..read.reader import CheckpointReader
-from ..rotation import Rotation, RotationEntry
-from ..rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY, metric
+from ..write.async_save import SaveHandle
+from .rotation import Rotation, RotationEntry
+from .rotation_policy import ARCHIVE_SUFFIX, ROTATION_KEY, metric
 from .stop_signal import StopOnSignal
 
 logger = logging.getLogger("opencheckpoint.run")
@@ -68,7 +69,7 @@ def resolve_checkpoint_path(path: PathArg, prefix: str = "checkpoint") -> Locati
     if _is_checkpoint(candidate):
         return candidate
     if candidate.is_dir():
-        latest = Rotation(candidate, prefix=prefix).latest()
+        latest: Location | None = Rotation(candidate, prefix=prefix).latest()
         if latest is not None:
             return latest
     raise NotACheckpoint(f"neither a checkpoint nor a run directory holding {prefix}-<step> checkpoints",
@@ -161,16 +162,11 @@ class RunCheckpointer:
         self.last_metadata: dict[str, Any] | None = None
         #: the :class:`LoadResult` of the last :meth:`restore` (``conversions``, ``unused``), None before one
         self.last_load: LoadResult | None = None
-        if async_save and self.rotation is not None and not hasattr(self.rotation, "save_async"):
-            # A remote rotation uploads from a local scratch copy; its saves are synchronous for now.
-            raise UnsupportedLocation("async_save=True needs a local directory; a rotation on a remote location "
-                                      "(URL or FsPath) saves synchronously: pass async_save=False",
-                                      file=str(directory))
         self.async_save = async_save
         #: the unfinished async save, if any
         self.pending: SaveHandle | None = None
 
-    def wait(self) -> Path | None:
+    def wait(self) -> Location | None:
         """Wait for the pending async save; return its path (None if there was none), raise its error."""
         pending, self.pending = self.pending, None
         return None if pending is None else pending.result()
@@ -180,7 +176,7 @@ class RunCheckpointer:
         """The components each save writes."""
         return [name for name in self.checkpoint.components if name not in self.exclude]
 
-    def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Path | None:
+    def save(self, step: int, force: bool = False, metadata: Mapping[str, Any] | None = None) -> Location | None:
         """Save if ``interval`` steps passed since the last save (or ``force``); return the path or None.
 
         With ``async_save`` the path is where the checkpoint will be published (:attr:`pending`).
@@ -207,7 +203,7 @@ class RunCheckpointer:
             return last != step
         return step - (last if last is not None else 0) >= self.interval
 
-    def _write(self, step: int, meta: dict[str, Any], *, metric_required: bool) -> Path:
+    def _write(self, step: int, meta: dict[str, Any], *, metric_required: bool) -> Location:
         assert self.rotation is not None  # _due said saving is enabled
         self.wait()
         if self.async_save:
@@ -221,7 +217,7 @@ class RunCheckpointer:
         logger.info("saved %s", path)
         return path
 
-    def finish(self, step: int | None = None, metadata: Mapping[str, Any] | None = None) -> Path | None:
+    def finish(self, step: int | None = None, metadata: Mapping[str, Any] | None = None) -> Location | None:
         """The final save of a loop that ended: ``save(step, force=True)`` with ``metadata``, by default
         :attr:`last_metadata`; ``step`` defaults to the last one :meth:`save` was called with. Returns None
         when that step is already saved or there is none.

@@ -11,7 +11,8 @@ or tools.
 Writer side: :class:`ShardedValue` / :class:`LocalShard` (the values a process
 writes, encoded by :mod:`opencheckpoint.tree.shard_plan`), the
 :class:`Collective` protocol and :class:`LocalCollective` (:mod:`.collective`),
-and the collective save (:mod:`.collective_save`, :mod:`.sink`). The torch
+and the tree sinks of a collective save (:mod:`.sink`; the save itself is the
+write pipeline's, :mod:`opencheckpoint.write.collective`). The torch
 ``Collective`` lives in ``opencheckpoint.adapters.torch_collective``.
 """
 
@@ -25,7 +26,6 @@ from ..tree.shard_plan import rank_file as rank_file
 from .collective import Collective as Collective
 from .collective import CollectiveError as CollectiveError
 from .collective import LocalCollective as LocalCollective
-from .collective_save import save_collective as save_collective
 from .regions import Region as Region
 from .regions import check_tiling as check_tiling
 from .regions import intersect as intersect

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from ..format.errors import CheckpointError, NotACheckpoint
 from ..location import local_path
 from ..read.reader import CheckpointReader
-from ..rotation_policy import ARCHIVE_SUFFIX
-from ..rotation_policy import metric as _metric
+from ..run.rotation_policy import ARCHIVE_SUFFIX
+from ..run.rotation_policy import metric as _metric
 
 
 @dataclass

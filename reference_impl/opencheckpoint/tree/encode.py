@@ -49,7 +49,6 @@ from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
 from .refusals import refuse
 from .shard_plan import ShardedValue, ShardPlan, check_cover
-from .sink import current_sink
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
@@ -415,11 +414,7 @@ def write_tree(
     written once, at their final offset; the tree document, which needs their checksums, fills the
     room reserved before them). ``value`` may be a :class:`TreePlan` made earlier (an async save's snapshot).
     """
-    sink = current_sink()
-    plan = value if isinstance(value, TreePlan) else TreePlan(value, converter, rank=0 if sink is None else sink.rank)
-    if sink is not None:
-        return sink.write_tree(plan, directory, durable=durable, sha256=sha256, archive=archive,
-                               member_prefix=member_prefix)
+    plan = value if isinstance(value, TreePlan) else TreePlan(value, converter)
     return write_plan(plan, directory, durable=durable, sha256=sha256, archive=archive, member_prefix=member_prefix)
 
 

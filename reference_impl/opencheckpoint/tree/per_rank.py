@@ -33,7 +33,7 @@ from ..format.errors import CheckpointError
 from .nodes import Tag
 from .refusals import big_endian, refuse
 from .shard_plan import LocalShard, ShardedValue, ShardPlan
-from .sink import current_sink
+from .sink import saving_ranks
 
 if TYPE_CHECKING:
     from .encode import TreePlan
@@ -100,7 +100,7 @@ def plan_per_rank(plan: TreePlan, value: PerRank, depth: int, path: str) -> list
     """
     if getattr(plan, "per_rank_value", False):
         raise refuse("a PerRank value inside another PerRank value: wrap the outer value only", field=path)
-    if not getattr(current_sink(), "collective", False):
+    if saving_ranks() < 2:  # not a collective save: the plan stage runs the adapters of one process
         inner = plan._node(value.value, depth + 2, f"{path}.values[0]")
         return [_NAMED_TUPLE, PER_RANK_TYPE, {"world_size": 1, "values": [inner]}]
     if plan.shards is None:

@@ -1,12 +1,12 @@
-"""Where :func:`~.encode.write_tree` sends a planned tree while a save of sharded arrays is under way.
+"""Where the write stage sends a planned tree: the :class:`TreeSink` protocol.
 
-A collective save runs the same adapters on every rank, and adapters write trees
-through :func:`~.encode.write_tree` without knowing about ranks. While a
-:class:`TreeSink` is installed (:func:`installed`, done by the save engine in
-:mod:`opencheckpoint.sharding`), ``write_tree`` hands it the plan instead: the sink
-knows the rank (the name of its shard data file), writes what this rank owns, and
-defers what needs every rank's records (``tree.msgpack``) to the coordinator.
-A context variable, not a parameter, so that no adapter signature changes.
+A save's write stage (:func:`opencheckpoint.write.stages.write`) hands every
+planned tree to the sink it is given: a process saving alone writes the whole
+tree (:class:`~opencheckpoint.sharding.sink.LocalSink`); one rank of a
+collective save writes what it owns and defers what needs every rank's records
+(``tree.msgpack``) to the coordinator (:class:`~opencheckpoint.sharding.sink.RankSink`).
+The sink is an argument of the write stage, never ambient state: no adapter
+signature changes, and nothing outside a save sees it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
 
-__all__ = ["TreeSink", "current_sink", "installed", "saving_ranks"]
+__all__ = ["TreeSink", "planning", "saving_ranks"]
 
 
 class TreeSink(Protocol):
@@ -38,26 +38,21 @@ class TreeSink(Protocol):
         ...
 
 
-_SINK: ContextVar[TreeSink | None] = ContextVar("opencheckpoint_tree_sink", default=None)
-
-
-def current_sink() -> TreeSink | None:
-    """The sink of the save under way in this context, if any."""
-    return _SINK.get()
+_RANKS: ContextVar[int] = ContextVar("opencheckpoint_saving_ranks", default=1)
 
 
 def saving_ranks() -> int:
-    """How many processes take part in the save under way in this context: a collective save's world size,
-    else 1 (a value held in part by other processes cannot be stored whole by this one)."""
-    sink = _SINK.get()
-    return 1 if sink is None else int(getattr(sink, "world_size", 1))
+    """How many processes take part in the save being planned in this context: a collective save's world
+    size, else 1 (a value held in part by other processes cannot be stored whole by this one). Adapters ask
+    it while the plan stage runs them; the trees themselves go to the sink the write stage is given."""
+    return _RANKS.get()
 
 
 @contextlib.contextmanager
-def installed(sink: TreeSink) -> Iterator[TreeSink]:
-    """Send every :func:`~.encode.write_tree` of this context to ``sink`` until the block ends."""
-    token = _SINK.set(sink)
+def planning(world_size: int) -> Iterator[None]:
+    """The plan stage of a save by ``world_size`` processes runs its adapters in this block."""
+    token = _RANKS.set(world_size)
     try:
-        yield sink
+        yield
     finally:
-        _SINK.reset(token)
+        _RANKS.reset(token)

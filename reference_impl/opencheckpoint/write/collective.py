@@ -2,17 +2,23 @@
 
 The writer procedure of format version 2 (spec ``opencheckpoint-v2.md``):
 
-1. The coordinator (rank 0) checks the target with the rules of a
-   single-process save (R-PUB: nothing there, or a checkpoint it may replace),
-   creates the staging directory and broadcasts its path (or its error).
-2. Every rank runs the adapters: it writes its own ``shards/rank-NNNNN.bin``
-   into the staging directory; the coordinator also writes ``data.bin`` (tag-6
-   arrays) and any json or files component.
+0. Every rank runs the plan stage (:func:`.stages.plan`): its adapters'
+   writes recorded, its values checked; the coordinator also checks the target
+   with the rules of a single-process save (R-PUB: nothing there, or a
+   checkpoint it may replace). A rank's plan failure is reported in step 3.
+1. The coordinator creates the staging directory and broadcasts its path and
+   its plan's agreement (:meth:`.plan.SavePlan.agreement`: the save's
+   arguments, components, adapters), or its error. Every rank compares its own
+   plan's agreement with it: the ranks agree on the plan before any byte is written.
+2. Every rank runs the write stage (:func:`.stages.write`) through its
+   :class:`~opencheckpoint.sharding.sink.RankSink`: it writes its own
+   ``shards/rank-NNNNN.bin`` into the staging directory; the coordinator also
+   writes ``data.bin`` (tag-6 arrays) and any json or files component.
 3. Every rank sends the coordinator its shard file entries and shard records as
    JSON bytes (or the error that stopped it).
 4. The coordinator merges the records, checks each sharded array is tiled,
-   writes ``tree.msgpack`` and ``manifest.json`` once, and publishes atomically,
-   exactly as a single-process save (:class:`~opencheckpoint.container.staged.StagedCheckpoint`).
+   writes ``tree.msgpack``, and runs the commit stage (:func:`.stages.commit`):
+   ``manifest.json`` once, published atomically, exactly as a single-process save.
 5. The coordinator broadcasts the outcome; every rank raises the error if any.
 
 If any rank fails or dies before it has reported (step 3), nothing is published
@@ -27,63 +33,56 @@ rank raises a :class:`~opencheckpoint.format.errors.CheckpointError` (a
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..container.staged import StagedCheckpoint
 from ..format.errors import UnsupportedValue
+from ..sharding.collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
+from ..sharding.sink import RankSink
 from ..tree.refusals import refuse
-from ..tree.sink import installed
-from .collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
-from .sink import RankSink
+from . import stages
+from .plan import SavePlan
 
-__all__ = ["WriteComponents", "save_collective"]
+__all__ = ["save_collective"]
 
-#: Runs the adapters of every component below a root directory; returns the component records by name.
-WriteComponents = Callable[[Path], dict[str, dict[str, Any]]]
 #: Arguments sent as digests of their JSON (large mappings): a differing one is named, its digest not shown.
 _DIGESTS = frozenset({"metadata", "producer"})
-#: Builds the manifest body from the finished component records.
-BuildBody = Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
 
 
-def save_collective(target: Path, collective: Collective, write: WriteComponents, body: BuildBody, *,
-                    durable: bool, overwrite: bool, arguments: Mapping[str, Any] | None = None) -> None:
+def save_collective(target: Path, planned: SavePlan | None, collective: Collective, *,
+                    failure: BaseException | None = None) -> None:
     """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere.
 
-    ``arguments``: the save's other arguments as JSON values (digests of large
-    ones), which every rank must pass alike; a rank whose arguments differ from
-    the coordinator's is refused like one saving to another path.
+    ``planned``: this rank's plan (:func:`.stages.plan`), or None with the ``failure`` that stopped it; a rank
+    whose plan's agreement differs from the coordinator's is refused like one saving to another path.
     """
     rank = collective.rank
-    arguments = dict(arguments or {})
-    staged, opening, refused = (_open_staging(target, durable, overwrite, arguments) if rank == 0
-                                else (None, None, None))
-    failure: BaseException | None = None
+    staged, opening, refused = _open_staging(target, planned, failure) if rank == 0 else (None, None, None)
     sink: RankSink | None = None
     try:
         opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
                            "staging directory")
         if not opened["ok"]:
             raise refused or error_from_json(opened["error"])  # the coordinator re-raises its own error
-        staging = Path(opened["staging"])
-        failure = _differs(rank, target, arguments, opened)
-        if failure is not None:
+        failure = failure or _differs(rank, target, planned, opened)
+        if failure is not None or planned is None:
+            failure = failure or CollectiveError(f"rank {rank} has no plan to write")
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
-            sink = RankSink(rank, staging, durable=durable, world_size=collective.world_size)
-            records, failure, report = _write_rank(sink, write)
+            sink = RankSink(rank, Path(opened["staging"]), durable=planned.request.durable,
+                            world_size=collective.world_size)
+            records, failure, report = _write_rank(planned, sink)
         gathered = collective.gather_bytes(to_json(report))
         if sink is not None and rank != 0:
             shutil.rmtree(sink.root, ignore_errors=True)  # its scratch: removed while the coordinator publishes
         outcome: dict[str, Any] | None = None
         if staged is not None:
-            assert sink is not None  # the coordinator's arguments are its own: it never differs from itself
+            assert sink is not None and planned is not None  # the coordinator never differs from itself
             if gathered is None:
                 raise CollectiveError("the coordinator received no reports from the gather")
-            outcome, coordinator_failure = _finish(staged, sink, records, gathered, body, failure)
+            outcome, coordinator_failure = _finish(planned, staged, sink, records, gathered, failure)
             failure = failure or coordinator_failure
         outcome = from_json(collective.broadcast_bytes(None if outcome is None else to_json(outcome)), "outcome")
     finally:
@@ -99,12 +98,12 @@ def save_collective(target: Path, collective: Collective, write: WriteComponents
         raise error_from_json(outcome["error"])
 
 
-def _differs(rank: int, target: Path, arguments: dict[str, Any], opened: dict[str, Any],
-             ) -> UnsupportedValue | None:
-    """The error of a rank whose path or other save arguments are not the coordinator's, if they differ."""
+def _differs(rank: int, target: Path, planned: SavePlan | None, opened: dict[str, Any]) -> UnsupportedValue | None:
+    """The error of a rank whose path or plan's agreement is not the coordinator's, if they differ."""
     if opened["target"] != str(target):
         return UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
                                 "every rank of a collective save passes the same path", field="path")
+    arguments = {} if planned is None else planned.agreement()
     theirs = opened.get("arguments", {})
     names = sorted(name for name in set(arguments) | set(theirs) if arguments.get(name) != theirs.get(name))
     if "components" in names:
@@ -113,38 +112,42 @@ def _differs(rank: int, target: Path, arguments: dict[str, Any], opened: dict[st
         shown = ", ".join(f"a {name}= differing from the coordinator's" if name in _DIGESTS else
                           f"{name}={arguments.get(name)!r} (coordinator: {theirs.get(name)!r})" for name in names)
         return refuse(f"rank {rank} passes {shown}: every rank of a collective save passes the same "
-                                "arguments", field=names[0])
+                      "arguments", field=names[0])
     return None
 
 
-def _open_staging(target: Path, durable: bool, overwrite: bool, arguments: dict[str, Any],
-                  ) -> tuple[StagedCheckpoint | None, dict[str, Any], Exception | None]:
-    """Coordinator, step 1: the entered staging checkpoint and the message announcing it, or the refusal
-    (message and error)."""
-    staged = StagedCheckpoint(target, form="directory", durable=durable, overwrite=overwrite)
+def _open_staging(target: Path, planned: SavePlan | None, failure: BaseException | None,
+                  ) -> tuple[StagedCheckpoint | None, dict[str, Any], BaseException | None]:
+    """Coordinator, step 1: the entered staging checkpoint and the message announcing it (with the plan's
+    agreement), or the refusal (message and error): its plan's failure, or the target's."""
+    if planned is None:
+        assert failure is not None
+        return None, {"ok": False, "error": error_to_json(failure, 0)}, failure
+    staged = planned.target.open()
+    assert isinstance(staged, StagedCheckpoint)
     try:
         staged.__enter__()
     except Exception as exc:  # the other ranks wait for this message: they get the error instead
         staged.__exit__(None, None, None)
         return None, {"ok": False, "error": error_to_json(exc, 0)}, exc
-    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target), "arguments": arguments}, None
+    return staged, {"ok": True, "staging": str(staged.directory), "target": str(target),
+                    "arguments": planned.agreement()}, None
 
 
-def _write_rank(sink: RankSink, write: WriteComponents,
+def _write_rank(planned: SavePlan, sink: RankSink,
                 ) -> tuple[dict[str, dict[str, Any]], BaseException | None, dict[str, Any]]:
-    """Step 2: run the adapters through ``sink``; the records, the error if any, and the report for rank 0."""
+    """Step 2: the write stage through ``sink``; the records, the error if any, and the report for rank 0."""
     try:
-        with installed(sink):
-            records = write(sink.root)
+        records = stages.write(planned, None, sink, root=sink.root)
         sink.note_records(records)
     except Exception as exc:  # reported to the coordinator, then re-raised here after the outcome
         return {}, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
     return records, None, {"ok": True, "trees": sink.report}
 
 
-def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[str, Any]], gathered: list[bytes],
-            body: BuildBody, failure: BaseException | None) -> tuple[dict[str, Any], BaseException | None]:
-    """Coordinator, steps 4 and 5: publish when every rank succeeded; the outcome to broadcast, and its error."""
+def _finish(planned: SavePlan, staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[str, Any]],
+            gathered: list[bytes], failure: BaseException | None) -> tuple[dict[str, Any], BaseException | None]:
+    """Coordinator, steps 4 and 5: commit when every rank succeeded; the outcome to broadcast, and its error."""
     reports = [from_json(data, "rank report") for data in gathered]
     failed = next((report for report in reports if not report.get("ok")), None)
     if failed is not None:
@@ -153,7 +156,7 @@ def _finish(staged: StagedCheckpoint, sink: RankSink, records: dict[str, dict[st
         return {"ok": False, "error": error_to_json(failure, 0)}, None
     try:
         sink.finish(records, [report["trees"] for report in reports])
-        staged.commit(body(records), sink.unsynced)
+        stages.commit(planned, staged, records, sink.unsynced)
     except Exception as exc:
         return {"ok": False, "error": error_to_json(exc, 0)}, exc
     return {"ok": True}, None

@@ -1,9 +1,11 @@
 """Saving in the background: :meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>` and its handle.
 
-The caller's thread takes a :mod:`snapshot <opencheckpoint.snapshot>` of the
-state (every array copied into host memory the snapshot owns: as many bytes
-as the state's arrays), then a background thread writes and publishes it
-through ``Checkpoint.save``'s own code path (staging, fsync, atomic rename).
+The caller's thread runs the save pipeline's plan stage (:func:`.pipeline.plan_for`)
+and takes a :mod:`snapshot <.snapshot>` of the plan (every array copied into
+host memory the plan owns: as many bytes as the state's arrays); a background
+thread then runs the write and commit stages (:func:`.pipeline.finish`), the
+same ones every save runs (staging, fsync, atomic rename; or the upload to an
+object store).
 
 Rules this module owns:
 
@@ -26,25 +28,21 @@ Rules this module owns:
 from __future__ import annotations
 
 import atexit
-import copy
 import logging
 import os
 import threading
-import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from .format.errors import LimitExceeded
-from .format.producer import checked_metadata, default_producer, utc_timestamp
-from .location import local_path
-from .progress import ProgressArg, reporting
-from .progress import check as check_progress
-from .snapshot import Snapshot, record
-
-if TYPE_CHECKING:
-    from .checkpoint import Checkpoint, CheckpointFormat
-    from .options import CheckpointOptions
+from ..format.errors import LimitExceeded
+from ..format.producer import utc_timestamp
+from ..location import local_path
+from ..progress import ProgressArg
+from ..progress import check as check_progress
+from ..remote.fspath import FsPath
+from . import snapshot, stages
+from .pipeline import finish, open_target
+from .plan import SavePlan, SaveRequest
 
 logger = logging.getLogger("opencheckpoint")
 
@@ -66,14 +64,14 @@ class SaveHandle:
     :meth:`result`; one never asked for is logged when the process exits.
     """
 
-    def __init__(self, target: Path, nbytes: int) -> None:
+    def __init__(self, target: Path | FsPath, nbytes: int) -> None:
         self.target = target
         #: the target's one key per location (:func:`target_key`): saves with the same key never overlap
         self.key = target_key(target)
         #: host memory held by this save's snapshot until it finishes
         self.nbytes = nbytes
         self._finished = threading.Event()
-        self._path: Path | None = None
+        self._path: Path | FsPath | None = None
         self._error: BaseException | None = None
         self._observed = False
 
@@ -99,7 +97,7 @@ class SaveHandle:
         self._observed = True
         return True
 
-    def result(self, timeout: float | None = None) -> Path:
+    def result(self, timeout: float | None = None) -> Path | FsPath:
         """The published checkpoint's path, once written; re-raises the save's error."""
         if not self.wait(timeout):
             raise TimeoutError(f"the async save to {self.target} did not finish within {timeout} s")
@@ -118,16 +116,19 @@ class SaveHandle:
         self._observed = True  # the parent reports its own failures
         self._finished.set()
 
-    def _settle(self, path: Path | None, error: BaseException | None) -> None:
+    def _settle(self, path: Path | FsPath | None, error: BaseException | None) -> None:
         self._path, self._error = path, error
         if error is not None:
             _unobserved_failures.append(self)
         self._finished.set()
 
 
-def target_key(target: Path) -> str:
-    """One key per place on disk, however the path is spelled: the parent's real path (symbolic links and
-    ``..`` resolved) joined with the name (the target itself is never followed: a save refuses a link there)."""
+def target_key(target: Path | FsPath) -> str:
+    """One key per place, however the path is spelled: the parent's real path (symbolic links and ``..``
+    resolved) joined with the name (the target itself is never followed: a save refuses a link there); an
+    object store's location as its URL."""
+    if isinstance(target, FsPath):
+        return str(target)
     return os.path.join(os.path.realpath(target.parent), target.name)
 
 
@@ -136,92 +137,88 @@ def _writing(handle: SaveHandle) -> bool:
     return getattr(_writer, "handle", None) is handle
 
 
-def wait_for_target(path: str | os.PathLike[str]) -> None:
-    """Wait for an unfinished async save to ``path`` (not from its own writer thread); its error stays its own."""
-    handle = _in_flight.get(target_key(local_path(path).absolute()))
+def wait_for_target(location: Path | FsPath) -> None:
+    """Wait for an unfinished async save to ``location`` (not from its own writer thread); its error stays its own."""
+    key = target_key(location if isinstance(location, FsPath) else local_path(location).absolute())
+    handle = _in_flight.get(key)
     if handle is not None and not _writing(handle):
         handle._finished.wait()
 
 
-def save_in_background(checkpoint: Checkpoint, path: str | os.PathLike[str], *,
-                       components: Collection[str] | None = None, metadata: Mapping[str, Any] | None = None,
-                       format: CheckpointFormat | None = None, checkpoint_id: str | None = None,
-                       created_at: str | None = None, overwrite: bool = True,
-                       producer: Mapping[str, Any] | None = None,
-                       component_options: Mapping[str, CheckpointOptions] | None = None,
-                       progress: ProgressArg = None, max_pending_bytes: int | None = None,
-                       around: Callable[[Callable[[], Path]], Path] | None = None) -> SaveHandle:
-    """:meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>`; ``around(save)`` runs the save in
-    the writer thread and returns the published path (a rotation prunes after it, its errors mapped).
+#: Runs the write and commit stages in the writer thread and returns the published location; a rotation
+#: passes one that prunes after publication.
+Around = Callable[[Callable[[], "Path | FsPath"]], "Path | FsPath"]
+
+
+def save_in_background(location: Path | FsPath, request: SaveRequest, *, progress: ProgressArg = None,
+                       max_pending_bytes: int | None = None, around: Around | None = None) -> SaveHandle:
+    """:meth:`Checkpoint.save_async <opencheckpoint.Checkpoint.save_async>` of ``request``: the plan stage and a
+    snapshot now, the write and commit stages (:func:`.pipeline.finish`) in a writer thread.
 
     Everything the manifest records is fixed before this returns: the metadata
-    (copied), the id and the producer now, the creation time when the
-    snapshot is taken (after any wait for an earlier save to the target).
-    """
-    output = checkpoint._output(format)
-    names = checkpoint._selection(checkpoint.save_components if components is None else components)
-    chosen = checkpoint._save_options(names, component_options)
-    options: dict[str, Any] = {
-        "metadata": checked_metadata(metadata), "format": output, "overwrite": overwrite,
-        "checkpoint_id": checkpoint_id or uuid.uuid4().hex,
-        "producer": default_producer() if producer is None else copy.deepcopy(dict(producer))}
-
-    def write(replay: Checkpoint, target: Path, taken_at: str) -> Path:
-        fixed = {**options, "created_at": created_at or taken_at}
-        if around is None:
-            return replay.save(target, **fixed)
-        return around(lambda: replay.save(target, **fixed))
-
-    return start(checkpoint, path, names, chosen, write=write, progress=progress,
-                 max_pending_bytes=max_pending_bytes)
-
-
-def start(checkpoint: Checkpoint, path: str | os.PathLike[str], names: list[str],
-          options: Mapping[str, CheckpointOptions], *,
-          write: Callable[[Checkpoint, Path, str], Path], progress: ProgressArg = None,
-          max_pending_bytes: int | None = None) -> SaveHandle:
-    """Snapshot ``names`` of ``checkpoint`` now; run ``write(snapshot_checkpoint, target, taken_at)`` in a thread.
-
-    ``write`` saves the snapshot's checkpoint (``Checkpoint.save`` with the
-    caller's options; a rotation adds its pruning) and returns the path;
-    ``taken_at`` is the snapshot's time (after any wait for an earlier save
-    to the same target), the manifest's ``created_at``.
+    (copied), the id and the producer by the caller, the creation time when the
+    snapshot is taken (after any wait for an earlier save to the target). A
+    target that may not be written (R-PUB-16, R-PUB-21) fails the handle, as
+    every error of the background save does.
     """
     check_progress(progress)
     cap = checked_cap(MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes)
-    target = local_path(path).absolute()
-    handle = SaveHandle(target, 0)
+    if not isinstance(location, FsPath):
+        location = local_path(location).absolute()
+    handle = SaveHandle(location, 0)
     key = handle.key
-    with _lock:
-        if key in _in_flight and _writing(_in_flight[key]):
-            raise RuntimeError(f"an async save to {target} cannot start from the progress callback of the save "
-                               "to that target: it would wait for itself")
-        while key in _in_flight:  # one save in flight per target: wait for the previous one
-            _lock.wait()
-        _in_flight[key] = handle
+    _claim(handle, key)
     try:
-        taken_at = utc_timestamp()
-        snapshot = record(checkpoint, names, options)
-        _reserve(snapshot, handle, cap)
+        request.fields["created_at"] = request.given["created_at"] or utc_timestamp()
+        planned = _plan(location, request, handle)
+        if planned is None:
+            _finish(handle, key, 0)
+            return handle
+        _reserve(planned, handle, cap)
     except BaseException:
         _finish(handle, key, 0)
         raise
     try:
-        snapshot.copy_arrays()
+        snapshot.take(planned)
     except BaseException:
-        snapshot.release()
+        _release(planned)
         _finish(handle, key, handle.nbytes)
         raise
-    def write_snapshot(replay: Checkpoint, where: Path) -> Path:
-        return write(replay, where, taken_at)
-
-    worker = threading.Thread(target=_run, args=(handle, key, snapshot, write_snapshot, progress),
-                              name=_thread_name(target), daemon=False)
+    worker = threading.Thread(target=_run, args=(handle, key, planned, progress, around),
+                              name=_thread_name(location), daemon=False)
     worker.start()
     return handle
 
 
-def _thread_name(target: Path) -> str:
+def _claim(handle: SaveHandle, key: str) -> None:
+    """Take the target's one slot, waiting for an earlier save to it."""
+    with _lock:
+        if key in _in_flight and _writing(_in_flight[key]):
+            raise RuntimeError(f"an async save to {handle.target} cannot start from the progress callback of the "
+                               "save to that target: it would wait for itself")
+        while key in _in_flight:  # one save in flight per target: wait for the previous one
+            _lock.wait()
+        _in_flight[key] = handle
+
+
+def _plan(location: Path | FsPath, request: SaveRequest, handle: SaveHandle) -> SavePlan | None:
+    """The plan stage, the target checked first: a target refused fails the handle (None), as in the thread."""
+    target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
+    try:
+        target.check()
+    except Exception as exc:  # handed to wait()/result(), as any error of the background save
+        handle._settle(None, exc)
+        return None
+    return stages.plan(target, request, check=False)
+
+
+def _release(planned: SavePlan) -> None:
+    """The plan is spent: its scratch removed, its snapshot's buffer kept for the next one."""
+    planned.release()
+    snapshot.give_back(planned)
+
+
+def _thread_name(target: Path | FsPath) -> str:
     return f"opencheckpoint-save:{target}"
 
 
@@ -236,18 +233,18 @@ def checked_cap(cap: object) -> int | None:
     return cap
 
 
-def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
+def _reserve(planned: SavePlan, handle: SaveHandle, cap: int | None) -> None:
     """Count the snapshot's bytes as pending, waiting while that would exceed ``cap``."""
     global _pending_bytes
-    nbytes = snapshot.nbytes
+    nbytes = planned.nbytes
     if cap is not None and nbytes > cap:
-        snapshot.release()
+        planned.release()
         raise LimitExceeded(f"the state's arrays take {nbytes} bytes, more than max_pending_bytes={cap}: save "
                             "it with save(), or raise the cap", file=str(handle.target), field="max_pending_bytes")
     with _lock:
         while cap is not None and _pending_bytes and _pending_bytes + nbytes > cap:
             if getattr(_writer, "handle", None) is not None:
-                snapshot.release()
+                planned.release()
                 raise RuntimeError("an async save started from a progress callback would wait for memory held by "
                                    f"the save that callback reports on (max_pending_bytes={cap})")
             _lock.wait()
@@ -255,18 +252,20 @@ def _reserve(snapshot: Snapshot, handle: SaveHandle, cap: int | None) -> None:
         handle.nbytes = nbytes
 
 
-def _run(handle: SaveHandle, key: str, snapshot: Snapshot, write: Callable[[Checkpoint, Path], Path],
-         progress: ProgressArg) -> None:
-    path: Path | None = None
+def _run(handle: SaveHandle, key: str, planned: SavePlan, progress: ProgressArg, around: Around | None) -> None:
+    """The writer thread: the write and commit stages of the snapshot's plan."""
+    path: Path | FsPath | None = None
     error: BaseException | None = None
     _writer.handle = handle
     try:
-        with reporting(progress, snapshot.nbytes, f"saving {handle.target.name}"):
-            path = write(snapshot.checkpoint(), handle.target)
+        def save() -> Path | FsPath:
+            return finish(planned, progress=progress)
+
+        path = save() if around is None else around(save)
     except BaseException as exc:  # handed to wait()/result(), never lost
         error = exc
     finally:
-        snapshot.release()
+        _release(planned)
     handle._settle(path, error)
     _finish(handle, key, handle.nbytes)
 
@@ -331,5 +330,5 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "start", "wait_all", "wait_for_target"]
+__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "target_key", "wait_all", "wait_for_target"]
 

@@ -1,8 +1,8 @@
-"""A rotation's retention policy and naming, shared by local and remote rotations (spec R-PUB-19).
+"""A rotation's retention policy and naming, whatever its storage (spec R-PUB-19).
 
-One place for what both :class:`~opencheckpoint.run.Rotation` (a local
-directory) and :class:`~opencheckpoint.remote.rotation.RemoteRotation` (a prefix
-on an object store) accept and how they name and mark checkpoints.
+One place for what :class:`~opencheckpoint.run.Rotation` accepts (in a local
+directory or below a prefix of an object store) and how it names and marks
+checkpoints.
 
 >>> check_policy(3, ("loss", "min"), "checkpoint")
 >>> name_pattern("ckpt").fullmatch("ckpt-000000000012.ocp") is not None
@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 #: Manifest metadata member in which a rotation records that it wrote a checkpoint:
 #: ``{"prefix": str, "step": int, "sequence": int, "rotation": str, "name": str, "writer": str}``: the
 #: sequence numbers its saves in write order, ``rotation`` is the directory's rotation id
-#: (:mod:`~opencheckpoint.rotation_state`), ``name`` the checkpoint's own name in it, and ``writer``
+#: (:mod:`~opencheckpoint.run.rotation_state`), ``name`` the checkpoint's own name in it, and ``writer``
 #: the process that wrote it (``PID-MACHINE-START``, see :func:`~.container.debris.process_token`).
 ROTATION_KEY = "opencheckpoint.rotation"
 #: Suffix of archive checkpoints in a rotation directory.
