@@ -167,6 +167,24 @@ def test_a_foreign_file_says_what_it_is_and_points_to_convert(tmp_path: Path, ki
         Checkpoint(model={"w": np.zeros(2)}).load(path)
 
 
+def test_a_zip_whose_manifest_member_is_cut_short_is_a_checkpoint_error_not_a_crash(tmp_path: Path) -> None:
+    """Recognising another tool's ZIP (to name it in the error) is best effort: a member whose recorded size
+    runs past the end of the file ends in the reader's CheckpointError, never an exception of zipfile's."""
+    import zipfile
+
+    path = tmp_path / "cut.zip"
+    with zipfile.ZipFile(path, "w") as archive:  # a stored member: its size says where its data ends
+        archive.writestr("manifest.json", json.dumps({"format": "x", "pad": list(range(2000))}))
+    data = bytearray(path.read_bytes())
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 20 : central + 24] = (1 << 20).to_bytes(4, "little")  # compressed size past the end of the file
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError):
+        Checkpoint(model={"w": np.zeros(2)}).load(path)
+    inspected = run("inspect", str(path))
+    assert inspected.returncode == 1 and "Traceback" not in inspected.stderr
+
+
 def test_a_missing_component_error_lists_the_stored_names(tmp_path: Path) -> None:
     path = Checkpoint(model={"w": np.ones(2)}, optimizer={"lr": 0.1}).save(tmp_path / "c")
     with pytest.raises(IncompatibleComponent, match=r"modle: missing from the checkpoint \(it has: model, optimizer\)"):

@@ -48,8 +48,8 @@ def describe_foreign(path: str | os.PathLike[str]) -> str | None:
             return _directory(target)
         if target.is_file():
             return _file(target)
-    except (OSError, ValueError, zipfile.BadZipFile):
-        return None
+    except Exception:  # recognising is best effort: a file that cannot be read as another format is not one
+        return None  # (a truncated ZIP member raises EOFError, a corrupt one zlib.error, an encrypted one RuntimeError)
     return None
 
 
