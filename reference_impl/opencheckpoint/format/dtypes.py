@@ -86,9 +86,13 @@ def _by_ml_dtypes() -> dict[np.dtype, str]:
 
 def dtype_name(dtype: np.dtype) -> str:
     """The spec name of a NumPy dtype (either byte order); :class:`UnknownDtype` otherwise."""
-    name = _BY_NUMPY.get(dtype.newbyteorder("="))
-    if name is None and "ml_dtypes" in sys.modules:  # a dtype of ml_dtypes exists only once it is imported
-        name = _by_ml_dtypes().get(dtype.newbyteorder("="))
+    try:
+        native = dtype.newbyteorder("=")
+    except TypeError:  # a new-style dtype (np.dtypes.StringDType) has no byte order, and no spec name
+        native = None
+    name = _BY_NUMPY.get(native) if native is not None else None
+    if name is None and native is not None and "ml_dtypes" in sys.modules:  # ml_dtypes' exist once it is imported
+        name = _by_ml_dtypes().get(native)
     if name is None:
         raise required(TREE.check("R-DT-1", None, None, dtype, framework="NumPy"))
     return name

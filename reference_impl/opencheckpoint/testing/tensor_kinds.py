@@ -315,6 +315,8 @@ def _numpy_kinds() -> list[Kind]:
     refused = [("object", lambda: np.array([1, "a"], dtype=object), "object dtype"),
                ("structured", lambda: np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]), "structured dtype"),
                ("unicode", lambda: np.array(["ab"]), "string dtype"),
+               ("variable-width-string", lambda: np.array(["a", "bb"], dtype=np.dtypes.StringDType()),
+                "new-style dtype without a byte order (was a raw TypeError)"),
                ("byte-swapped", lambda: np.arange(3, dtype=">f4"), "big-endian"),
                ("memmap-truncated", lambda: _memmap(True), "file truncated after mapping"),
                ("masked", lambda: np.ma.masked_array([1.0, 2.0], mask=[False, True]), "mask would be lost"),
