@@ -5,7 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS := torch,jax,peers,docs,dev,remote
+EXTRAS := torch,jax,peers,docs,dev,remote,lightning,hf
 
 .PHONY: demo test test-long venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean \
 	ts-build ts-test ts-conformance ts-browser-test chromium

@@ -26,7 +26,8 @@ ROOT = "opencheckpoint"
 
 #: The layers, lowest first, each with the folders and top-level modules it holds. A module belongs to
 #: the layer of its longest listed prefix.
-LAYERS = ["format", "storage", "tree", "sharding", "read", "adapters", "write", "api", "run", "conformance",
+LAYERS = ["format", "storage", "tree", "sharding", "read", "adapters", "write", "api", "run", "integrations",
+          "conformance",
           "tools", "facade", "testing", "examples", "cli"]
 MEMBERS: dict[str, list[str]] = {
     # progress (a byte counter every layer advances, from tree/'s data files up) and manifest_builder
@@ -41,6 +42,7 @@ MEMBERS: dict[str, list[str]] = {
     "write": ["write"],
     "api": ["checkpoint", "loading"],
     "run": ["run"],
+    "integrations": ["integrations"],
     "conformance": ["conformance"],
     "tools": ["tools"],
     "facade": [""],  # the package root: `import opencheckpoint` and its public names
@@ -59,6 +61,7 @@ CAPTIONS = {
     "write": "saving: staging, snapshots, async saves (the one save pipeline)",
     "api": "Checkpoint: save and load named components",
     "run": "training runs: RunCheckpointer, rotation, stop on signal, RNG state",
+    "integrations": "trainers' own checkpoint hooks (Lightning, Hugging Face, orbax, torchrl) pointed at OpenCheckpoint",
     "conformance": "canonical rendering, protocol command, runner",
     "tools": "convert, export, diff, ls, inspect, interchange, schema export",
     "facade": "import opencheckpoint: the public names",
@@ -79,11 +82,11 @@ EXPECTED_UPWARD = [# conformance/runner -> tools/output_file (owner: the tools e
                    (f"{ROOT}.conformance.runner", f"{ROOT}.tools.output_file")]
 #: Modules outside adapters/ that may import torch/JAX (lazily): the examples train torch and Flax models,
 #: GlobalRNGState reads the frameworks' process-global generators, and the test kit's tensor-kinds matrix
-#: builds the torch and JAX values it checks.
-FRAMEWORK_IMPORTERS = (f"{ROOT}.examples.", f"{ROOT}.run.rng", f"{ROOT}.testing.tensor_kinds")
+#: builds the torch and JAX values it checks; each integration plugs into its trainer's library.
+FRAMEWORK_IMPORTERS = (f"{ROOT}.examples.", f"{ROOT}.run.rng", f"{ROOT}.testing.tensor_kinds", f"{ROOT}.integrations.")
 #: Layer packages whose ``__init__`` docstring says what the layer owns and may import.
 LAYER_PACKAGES = ["format", "rules", "container", "remote", "tree", "sharding", "read", "adapters", "write", "run",
-                  "conformance", "tools", "testing", "examples", "cli"]
+                  "integrations", "conformance", "tools", "testing", "examples", "cli"]
 #: Top-level modules, each with its layer (a new one is a decision, not an accident).
 TOP_LEVEL = {f"{ROOT}.{name}" for names in MEMBERS.values() for name in names if name and "." not in name
              and (PACKAGE / f"{name}.py").exists()} | {f"{ROOT}.__main__"}
