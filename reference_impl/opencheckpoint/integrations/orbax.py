@@ -43,6 +43,7 @@ from etils import epath
 
 from ..checkpoint import Checkpoint
 from ..format.errors import NotACheckpoint
+from ..options import Strictness
 from ..read.probe import manifest
 from ..read.reader import read_component
 
@@ -89,7 +90,7 @@ class OpenCheckpointHandler(ocp.CheckpointHandler):  # type: ignore[misc]  # orb
 
 @ocp.args.register_with_handler(OpenCheckpointHandler, for_save=True)
 @dataclasses.dataclass
-class OpenCheckpointSave(ocp.args.CheckpointArgs):  # type: ignore[misc]
+class OpenCheckpointSave(ocp.args.CheckpointArgs):  # type: ignore[misc]  # orbax is untyped
     """Save ``item`` (a pytree: NNX state, dicts, optax states, arrays, PRNG keys) as an OpenCheckpoint item.
 
     ``metadata``: JSON values for the checkpoint's manifest (what ``opencheckpoint ls`` and ``inspect`` show).
@@ -101,14 +102,14 @@ class OpenCheckpointSave(ocp.args.CheckpointArgs):  # type: ignore[misc]
 
 @ocp.args.register_with_handler(OpenCheckpointHandler, for_restore=True)
 @dataclasses.dataclass
-class OpenCheckpointRestore(ocp.args.CheckpointArgs):  # type: ignore[misc]
+class OpenCheckpointRestore(ocp.args.CheckpointArgs):  # type: ignore[misc]  # orbax is untyped
     """Restore into a pytree shaped like ``item`` (abstract or live); ``None``: the stored tree as it is.
 
     ``strict`` and ``cast`` are those of :meth:`opencheckpoint.Checkpoint.load`.
     """
 
     item: Any = None
-    strict: str = "error"
+    strict: Strictness = "error"
     cast: Any = None
 
 

@@ -93,7 +93,7 @@ class LossModuleAdapter(ModuleAdapter):
             writer.metadata = {VERSION_METADATA_KEY: versions}
         writer.write_tree(dict(state))
 
-    def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
+    def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         # A loss builds its value estimator (whose buffers, e.g. gamma, are in its state dict) on first use: a
         # loss saved after training has one, a fresh loss not yet. Build it as that first use would (torchrl's
         # defaults), so the stored buffers have their place; they are then checked and restored like the rest.
@@ -209,7 +209,7 @@ class TrainerCheckpoint(Checkpoint):
             adapter = adapter_for(value)
         return super().register(name, value, adapter, options=options)
 
-    def load(self, path: PathArg, *, tensor_load_kwargs: dict[str, Any] | None = None,  # type: ignore[override]
+    def load(self, path: PathArg, *, tensor_load_kwargs: dict[str, Any] | None = None,
              **kwargs: Any) -> LoadResult:
         check_torch_load_keywords(tensor_load_kwargs or {}, str(path))
         return super().load(path, **kwargs)
@@ -262,7 +262,7 @@ def _as_rotation(rotation: Any) -> Rotation | None:
                     f"not {type(rotation).__name__}")
 
 
-class Trainer(torchrl_trainers.Trainer):  # type: ignore[misc]  # torchrl is untyped
+class Trainer(torchrl_trainers.Trainer):  # type: ignore[misc]  # torchrl ships no types: its Trainer is Any
     """torchrl's ``Trainer`` saving and resuming through OpenCheckpoint (see the module docstring).
 
     Takes torchrl's arguments. ``checkpoint`` (default: a new
