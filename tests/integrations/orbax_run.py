@@ -2,10 +2,12 @@
 OpenCheckpoint checkpoint: ``python orbax_run.py MODE ROOT OUT [KILL_AT]``.
 
 MODE ``full`` trains ``STEPS`` steps; ``kill`` SIGKILLs itself after step ``KILL_AT`` (once that step's save
-finished); ``resume`` restores ``manager.latest_step()`` into an abstract target (``nnx.eval_shape``) and trains
-to the end. Every ``SAVE_EVERY`` steps the state is saved (``max_to_keep=2``). At the end the final state is
-written to ``OUT`` (an OpenCheckpoint checkpoint, component ``final``) for the test to compare. RNG-driven
-parts: dropout (the model's ``nnx.Rngs``) and the batch order (a typed JAX key in the state).
+finished); ``kill-in-save`` SIGKILLs itself inside the save of step ``KILL_AT``, once the OpenCheckpoint item is
+published in orbax's temporary step directory but before orbax finalizes the step; ``resume`` restores
+``manager.latest_step()`` into an abstract target (``nnx.eval_shape``) and trains to the end. Every
+``SAVE_EVERY`` steps the state is saved (``max_to_keep=2``). At the end the final state is written to ``OUT``
+(an OpenCheckpoint checkpoint, component ``final``) for the test to compare. RNG-driven parts: dropout (the
+model's ``nnx.Rngs``) and the batch order (a typed JAX key in the state).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from opencheckpoint import Checkpoint
-from opencheckpoint.integrations.orbax import OpenCheckpointRestore, OpenCheckpointSave
+from opencheckpoint.integrations.orbax import OpenCheckpointHandler, OpenCheckpointRestore, OpenCheckpointSave
 
 STEPS = 8
 SAVE_EVERY = 2
@@ -59,7 +61,21 @@ def state_of(model: Model, optimizer: nnx.Optimizer, data_key: jax.Array) -> dic
     return {"model": nnx.state(model), "optimizer": nnx.state(optimizer), "data_key": data_key}
 
 
+def die_after_item_written(kill_at: int) -> None:
+    """Kill the process inside orbax's save of step ``kill_at``: the item written, the step not finalized."""
+    handler = OpenCheckpointHandler.save
+
+    def save(self: OpenCheckpointHandler, directory: Any, args: OpenCheckpointSave) -> None:
+        handler(self, directory, args)
+        if args.metadata == {"step": kill_at}:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    OpenCheckpointHandler.save = save  # type: ignore[method-assign]  # the test's crash point
+
+
 def main(mode: str, root: str, out: str, kill_at: int = 0) -> None:
+    if mode == "kill-in-save":
+        die_after_item_written(kill_at)
     data = np.random.default_rng(0)
     x = data.normal(size=(64, 4)).astype(np.float32)
     y = (x @ np.arange(1, 5, dtype=np.float32)[:, None]).astype(np.float32)

@@ -114,3 +114,17 @@ def test_what_cannot_be_stored_is_refused_naming_the_key(tmp_path: Path) -> None
         manager.wait_until_finished()
     manager.close()
     assert manager.latest_step() is None
+
+
+@pytest.mark.long
+def test_a_run_killed_inside_a_save_resumes_from_the_step_before(runs: dict[str, Any], tmp_path: Path) -> None:
+    """Old or new under a crash: killed after the item was written but before orbax finalized the step, the
+    unfinished step is not a step; the run resumes from the one before and ends as an uninterrupted run."""
+    root = tmp_path / "run"
+    assert _finish(_run("kill-in-save", root, tmp_path / "x", 6)) == -9
+    manager = ocp.CheckpointManager(root, options=ocp.CheckpointManagerOptions(max_to_keep=2))
+    assert manager.latest_step() == 4
+    manager.close()
+    assert _finish(_run("resume", root, tmp_path / "resumed.ocp")) == 0
+    final = read_component(runs["root"] / "full.ocp", "final")
+    assert_tree_equal(final, read_component(tmp_path / "resumed.ocp", "final"))
