@@ -50,7 +50,7 @@ class TinyMLP(L.LightningModule):
         return loss
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams["lr"])
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)]
 
 
@@ -81,21 +81,16 @@ def data() -> DataLoader[Any]:
     return DataLoader(TensorDataset(inputs, targets), batch_size=8, shuffle=True, num_workers=0)
 
 
-def trainer(run_dir: str, io: Any = None, **overrides: Any) -> L.Trainer:
+def trainer(run_dir: str, io: Any = None, rng: RngState | None = None, **overrides: Any) -> L.Trainer:
     """The run's trainer: CPU, deterministic, no logger, checkpoints every epoch through ``io``."""
     checkpoints = ModelCheckpoint(dirpath=os.path.join(run_dir, "checkpoints"), monitor="train_loss",
                                   save_top_k=1, save_last=True, every_n_epochs=1)
     options: dict[str, Any] = dict(
         default_root_dir=run_dir, max_epochs=2, accelerator="cpu", devices=1, deterministic=True, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[checkpoints, RngState()],
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[checkpoints, rng or RngState()],
         plugins=[io or OpenCheckpointIO()])
     options.update(overrides)
     return L.Trainer(**options)
-
-
-def rng_callback(run: L.Trainer) -> RngState:
-    """The run's ``RngState`` (Lightning moves checkpoint callbacks last: found by type)."""
-    return next(callback for callback in run.callbacks if isinstance(callback, RngState))
 
 
 def main() -> None:
@@ -107,10 +102,11 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     L.seed_everything(0, verbose=False)
     model = TinyMLP(kill_at=args.kill_at)
-    run = trainer(args.run_dir)
+    rng = RngState()
+    run = trainer(args.run_dir, rng=rng)
     run.fit(model, data(), ckpt_path="last" if args.resume else None)
     run.save_checkpoint(os.path.join(args.run_dir, "final.ckpt"))
-    print(f"resumed from: {run.ckpt_path}; batches trained here: {rng_callback(run).here}")
+    print(f"resumed from: {run.ckpt_path}; batches trained here: {rng.here}")
 
 
 if __name__ == "__main__":

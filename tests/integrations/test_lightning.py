@@ -198,3 +198,35 @@ def test_remove_checkpoint_deletes_only_what_the_plugin_wrote(tmp_path: Path) ->
     io.remove_checkpoint(ours)  # nothing there: nothing to do
     with pytest.raises(CheckpointError, match="not a Lightning checkpoint written by OpenCheckpointIO"):
         io.load_checkpoint(other)
+
+
+def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_class(tmp_path: Path) -> None:
+    """``pytorch_lightning``'s Trainer accepts only its own package's CheckpointIO: the plugin class of
+    ``opencheckpoint.integrations.pytorch_lightning`` saves (ModelCheckpoint) and resumes there too."""
+    pl = pytest.importorskip("pytorch_lightning")
+    from opencheckpoint.integrations.pytorch_lightning import OpenCheckpointIO as PlainIO
+
+    class Linear(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(epochs: int, ckpt_path: str | None) -> Any:
+        trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             default_root_dir=tmp_path, plugins=[PlainIO()],
+                             callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)])
+        trainer.fit(Linear(), lightning_train.data(), ckpt_path=ckpt_path)
+        return trainer
+
+    fit(1, None)
+    last = tmp_path / "ckpts" / "last.ckpt"
+    assert validate(last).ok
+    resumed = fit(2, "last")
+    assert resumed.ckpt_path == str(last) and resumed.global_step == STEPS
+    assert PlainIO().load_checkpoint(last)["global_step"] == STEPS

@@ -94,7 +94,8 @@ def _document(value: Any, component: str, path: PathArg) -> dict[str, Any]:
     try:
         return to_document(value)
     except UnsupportedValue as exc:
-        raise _naming_key(exc.at(file=str(path), field=f"components.{component}")) from None
+        exc.at(file=str(path))
+        raise _naming_key(exc) from None
 
 
 def _naming_key(exc: UnsupportedValue) -> UnsupportedValue:

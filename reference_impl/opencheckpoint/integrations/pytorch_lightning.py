@@ -19,4 +19,4 @@ __all__ = ["OpenCheckpointIO"]
 
 
 class OpenCheckpointIO(OpenCheckpointIOBase, CheckpointIO):
-    """``pytorch_lightning``'s ``CheckpointIO`` writing and reading OpenCheckpoint checkpoints (see :mod:`.lightning`)."""
+    """``pytorch_lightning``'s ``CheckpointIO`` writing and reading OpenCheckpoint checkpoints (:mod:`.lightning`)."""
