@@ -203,7 +203,8 @@ def test_remove_checkpoint_deletes_only_what_the_plugin_wrote(tmp_path: Path) ->
 def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_class(tmp_path: Path) -> None:
     """``pytorch_lightning``'s Trainer accepts only its own package's CheckpointIO: the plugin class of
     ``opencheckpoint.integrations.pytorch_lightning`` saves (ModelCheckpoint) and resumes there too."""
-    pl = pytest.importorskip("pytorch_lightning")
+    import pytorch_lightning as pl  # the dev extra installs it
+
     from opencheckpoint.integrations.pytorch_lightning import OpenCheckpointIO as PlainIO
 
     class Linear(pl.LightningModule):
@@ -230,3 +231,37 @@ def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_cl
     resumed = fit(2, "last")
     assert resumed.ckpt_path == str(last) and resumed.global_step == STEPS
     assert PlainIO().load_checkpoint(last)["global_step"] == STEPS
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["async_save", "AsyncCheckpointIO"])
+def test_async_saves(tmp_path: Path, wrapped: bool) -> None:
+    """``OpenCheckpointIO(async_save=True)``: removals wait for the save to their path, so save_top_k keeps its
+    count, and the end of fit waits for every save. Lightning's ``AsyncCheckpointIO`` around the plugin saves
+    in its thread but removes at once: the removal of a file still queued finds nothing (Lightning's race,
+    the same with its own plugin), so a file save_top_k dropped is left, never a half-written one."""
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    torch.manual_seed(0)
+    io = AsyncCheckpointIO(OpenCheckpointIO()) if wrapped else OpenCheckpointIO(async_save=True)
+    trainer = lightning_train.trainer(str(tmp_path), io)
+    trainer.fit(lightning_train.TinyMLP(), lightning_train.data())
+    names = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert "last.ckpt" in names and (len(names) == 2 or wrapped), names
+    for name in names:
+        assert validate(tmp_path / "checkpoints" / name).ok
+    assert OpenCheckpointIO().load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["global_step"] == STEPS
+
+
+def test_remove_checkpoint_on_an_object_store(mem_url: str) -> None:
+    """On an fsspec store (a directory form there) the same rule: the plugin's checkpoint goes, another stays."""
+    io = OpenCheckpointIO(format="directory")
+    ours, other = f"{mem_url}/epoch=0.ckpt", f"{mem_url}/other.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}, "epoch": 0}, ours)
+    Checkpoint(weights={"w": torch.ones(2)}).save(other)
+    assert io.load_checkpoint(ours)["epoch"] == 0
+    with pytest.raises(TargetExists, match="refusing to delete"):
+        io.remove_checkpoint(other)
+    assert validate(other).ok
+    io.remove_checkpoint(ours)
+    with pytest.raises(CheckpointError):
+        io.load_checkpoint(ours)

@@ -49,7 +49,7 @@ _MARK_VERSION = 1
 
 def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
                          format: Literal["directory", "archive"] = "archive", sha256: bool = False,
-                         durable: bool = True) -> Any:
+                         durable: bool = True, background: bool = False) -> Any:
     """Save a Lightning checkpoint dict at ``path`` atomically (the old checkpoint there stays until then).
 
     Replaces only a checkpoint (R-PUB-16): a ``torch.save`` file or a folder of
@@ -57,23 +57,31 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
     come back exactly raises :class:`UnsupportedValue` naming its key, before
     anything on disk changes. One process writes (Lightning calls its
     ``CheckpointIO`` on global rank 0 only), so the save never waits for the
-    other ranks of a job.
+    other ranks of a job. ``background``: snapshot every tensor now and write in
+    a thread (:meth:`Checkpoint.save_async`); returns its ``SaveHandle``.
     """
-    if type(checkpoint) is not dict:
-        raise UnsupportedValue(f"a Lightning checkpoint is a dict, not a {type(checkpoint).__name__}",
-                               file=os.fspath(path) if not isinstance(path, FsPath) else str(path))
-    keys = list(checkpoint)
-    rest = {key: value for key, value in checkpoint.items() if key != WEIGHTS}
-    components: dict[str, Any] = {TRAINER: _document(rest, TRAINER, path)}
-    mark: dict[str, Any] = {"version": _MARK_VERSION}
-    if WEIGHTS in checkpoint:
-        components[WEIGHTS] = _document(checkpoint[WEIGHTS], WEIGHTS, path)
-        mark["state_dict_at"] = keys.index(WEIGHTS)
+    components, metadata = _components(checkpoint, path)
+    saver = Checkpoint(format=format, sha256=sha256, durable=durable, **components)
     try:
-        return Checkpoint(format=format, sha256=sha256, durable=durable, **components).save(
-            path, metadata={MARK_KEY: mark}, overwrite=True, process_group=_alone(format, path))
+        if background:
+            return saver.save_async(path, metadata=metadata, overwrite=True)
+        return saver.save(path, metadata=metadata, overwrite=True, process_group=_alone(format, path))
     except UnsupportedValue as exc:
         raise _naming_key(exc) from None
+
+
+def _components(checkpoint: dict[str, Any], path: PathArg) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The components of ``checkpoint`` (documents of :mod:`.lightning_state`) and the manifest metadata."""
+    if type(checkpoint) is not dict:
+        raise UnsupportedValue(f"a Lightning checkpoint is a dict, not a {type(checkpoint).__name__}",
+                               file=str(path))
+    rest = {key: value for key, value in checkpoint.items() if key != WEIGHTS}
+    components: dict[str, Any] = {TRAINER: _document(rest, path)}
+    mark: dict[str, Any] = {"version": _MARK_VERSION}
+    if WEIGHTS in checkpoint:
+        components[WEIGHTS] = _document(checkpoint[WEIGHTS], path)
+        mark["state_dict_at"] = list(checkpoint).index(WEIGHTS)
+    return components, {MARK_KEY: mark}
 
 
 def _alone(format: str, path: PathArg) -> LocalCollective | None:
@@ -90,7 +98,7 @@ def _alone(format: str, path: PathArg) -> LocalCollective | None:
     return LocalCollective()
 
 
-def _document(value: Any, component: str, path: PathArg) -> dict[str, Any]:
+def _document(value: Any, path: PathArg) -> dict[str, Any]:
     try:
         return to_document(value)
     except UnsupportedValue as exc:
