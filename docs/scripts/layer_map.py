@@ -61,7 +61,8 @@ CAPTIONS = {
     "write": "saving: staging, snapshots, async saves (the one save pipeline)",
     "api": "Checkpoint: save and load named components",
     "run": "training runs: RunCheckpointer, rotation, stop on signal, RNG state",
-    "integrations": "trainers' own checkpoint hooks (Lightning, Hugging Face, orbax, torchrl) pointed at OpenCheckpoint",
+    "integrations": ("trainers' own checkpoint hooks (Lightning, Hugging Face, orbax, torchrl) pointed at "
+                     "OpenCheckpoint"),
     "conformance": "canonical rendering, protocol command, runner",
     "tools": "convert, export, diff, ls, inspect, interchange, schema export",
     "facade": "import opencheckpoint: the public names",
