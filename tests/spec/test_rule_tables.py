@@ -175,11 +175,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
-def error_class_names(sources: dict[str, str]) -> set[str]:
-    """The names of every CheckpointError subclass the sources define (followed through their bases)."""
+def error_class_names(trees: dict[str, ast.Module]) -> set[str]:
+    """The names of every CheckpointError subclass the modules define (followed through their bases)."""
     bases: dict[str, set[str]] = {}
-    for source in sources.values():
-        for node in ast.walk(ast.parse(source)):
+    for tree in trees.values():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 bases.setdefault(node.name, set()).update(
                     b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
@@ -194,12 +194,12 @@ def error_class_names(sources: dict[str, str]) -> set[str]:
 
 def raise_site_problems(sources: dict[str, str], tables: dict[str, RuleTable]) -> list[str]:
     """What breaks "every rule ID raised from its rule table" in ``sources`` (module path -> text)."""
-    errors = error_class_names(sources)
+    trees = {module: ast.parse(source) for module, source in sorted(sources.items())}
+    errors = error_class_names(trees)
     defects = set(table_16_1().values())
     registered = {rule_id for table in tables.values() for rule_id in table.rules}
     problems: list[str] = []
-    for module, source in sorted(sources.items()):
-        tree = ast.parse(source)
+    for module, tree in trees.items():
         docstrings = _docstrings(tree)
         for node in ast.walk(tree):
             where = f"{module}:{getattr(node, 'lineno', 0)}"
