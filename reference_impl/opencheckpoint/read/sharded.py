@@ -31,7 +31,6 @@ from ..tree.decode import empty_array
 from ..tree.nodes import ArrayRef, ShardedArrayRef, ShardRef
 from .arrays import ArrayHandle, array_view, region_copy, verified_copy, verify_view
 
-
 #: ``fetch(path, size, offset, nbytes)``: an extent of a file in memory of its own, or None (view the map instead).
 FetchRange = Callable[[str, int, int, int], "memoryview | None"]
 

@@ -20,6 +20,7 @@ shard back, a copy between stores).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +48,15 @@ def pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="opencheckpoint-fetch")
         return _pool
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's fetching threads: work handed to their pool would never run."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def pieces(start: int, end: int, *, limit: int | None = None) -> Iterator[tuple[int, int]]:
@@ -80,6 +90,9 @@ def in_order(fetch: Fetch, ranges: Iterable[tuple[int, int]], *, ahead: int | No
 
 def fetch_into(fetch: Fetch, view: memoryview, start: int, *, ahead: int | None = None) -> None:
     """Fill ``view`` with the bytes at ``start``: bounded pieces fetched concurrently, each copied as it arrives."""
+    if len(view) <= RANGE_BYTES:  # one piece: fetched on the caller's thread, no hand-over
+        view[:] = fetch(start, start + len(view))
+        return
     position = 0
     for data in in_order(fetch, pieces(start, start + len(view)), ahead=ahead):
         view[position : position + len(data)] = data

@@ -33,9 +33,9 @@ from ..format.limits import ARCHIVE_MAX_MEMBERS
 from ..format.manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
+from . import ranges
 from .failures import is_storage_error, storage_error
 from .fspath import FsPath, is_folder_marker
-from . import ranges
 from .ranges import fetch_into, in_order, pieces
 from .spill import Spill
 
