@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -48,6 +49,7 @@ def _stores(ctx: Context) -> Iterator[list[tuple[str, Any]]]:
         yield stores
         return
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
