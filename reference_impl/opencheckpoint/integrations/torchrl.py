@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import pathlib
 from collections import OrderedDict
-from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -317,10 +316,5 @@ def _opencheckpoint_path(file: str | pathlib.Path) -> Any:
         return None
 
 
-def registered_names(trainer: Trainer) -> Collection[str]:
-    """The component names a save of ``trainer`` writes (torchrl's names, and ``rng``)."""
-    return list(trainer._sync_checkpoint_components(trainer.checkpoint).components)
-
-
 __all__ = ["RNG_COMPONENT", "CollectorAdapter", "LossModuleAdapter", "Trainer", "TrainerCheckpoint", "adapter_for",
-           "check_torch_load_keywords", "registered_names"]
+           "check_torch_load_keywords"]
