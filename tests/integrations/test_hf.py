@@ -24,7 +24,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments  # noqa:
 from opencheckpoint import IntegrityError, UnsupportedValue, is_checkpoint, read_component  # noqa: E402
 from opencheckpoint.format.errors import CheckpointError  # noqa: E402
 from opencheckpoint.integrations.hf_accelerate import load_state, save_state  # noqa: E402
-from opencheckpoint.integrations.hf_trainer import OpenCheckpointTrainer  # noqa: E402
+from opencheckpoint.integrations.hf_trainer import OpenCheckpointTrainer, TrainerRotation  # noqa: E402
 from opencheckpoint.tree.compare import assert_tree_equal  # noqa: E402
 
 RUNS = Path(__file__).with_name("hf_runs.py")
@@ -114,13 +114,31 @@ def test_accelerate_load_is_verify_first(tmp_path: Path) -> None:
     assert not bool((model.weight == 42.0).any()) and counter.extra == 5
 
 
+def _small_trainer(output_dir: Path) -> OpenCheckpointTrainer:
+    config = GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=4)
+    args = TrainingArguments(output_dir=str(output_dir), report_to=[], use_cpu=True, max_steps=1)
+    return OpenCheckpointTrainer(model=GPT2LMHeadModel(config), args=args, train_dataset=[])
+
+
 def test_trainer_refuses_a_checkpoint_of_its_own_format(tmp_path: Path) -> None:
     """Resuming from a folder of Trainer's pickled format is refused before anything is loaded."""
     native = tmp_path / "checkpoint-4"
     native.mkdir()
     (native / "trainer_state.json").write_text("{}")
-    config = GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=4)
-    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, max_steps=1)
-    trainer = OpenCheckpointTrainer(model=GPT2LMHeadModel(config), args=args, train_dataset=[])
     with pytest.raises(CheckpointError, match="Trainer's own format"):
-        trainer.train(resume_from_checkpoint=True)
+        _small_trainer(tmp_path).train(resume_from_checkpoint=True)
+
+
+def test_trainer_loads_the_best_model_from_its_checkpoint(tmp_path: Path) -> None:
+    """load_best_model_at_end: the best checkpoint's weights (GPT-2's tied lm_head included) come back."""
+    trainer = _small_trainer(tmp_path)
+    best = TrainerRotation(tmp_path).save(trainer._oc_checkpoint(model_only=True), 2)
+    saved = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            parameter.add_(1.0)
+    trainer.state.best_model_checkpoint = str(best)
+    trainer._load_best_model()
+    restored = trainer.model.state_dict()
+    assert all(torch.equal(restored[name], tensor) for name, tensor in saved.items())
+    assert restored["lm_head.weight"].data_ptr() == restored["transformer.wte.weight"].data_ptr()
