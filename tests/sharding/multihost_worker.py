@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 from restore_worker import mlp
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import distribute_tensor
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.remote import publish
@@ -102,18 +103,23 @@ def restore(rank: int, world: int, bucket: str) -> None:
     same = sorted(restored) == sorted(expected.files) and all(
         np.array_equal(restored[key], expected[key]) for key in restored)
     print(f"rank {rank}: torch bit-exact {same} ({len(restored)} arrays)", flush=True)
-    # The checkpoint two JAX processes saved, into DTensors over this job's ranks
-    mesh = init_device_mesh("cpu", (world,))
-    state = {"w": distribute_tensor(torch.zeros(8, 8), mesh, [Shard(0)]),
-             "rows": distribute_tensor(torch.zeros(8, 8), mesh, [Shard(1)]), "step": 0}
-    result = Checkpoint(state=state).load(f"s3://{bucket}/jax", timeout=60)
-    local = state["w"].to_local().numpy()
-    rows = state["w"].device_mesh.size()
-    print(f"rank {rank}: jax->dtensor local {list(local.shape)} of {rows} ranks", flush=True)
-    same = (np.array_equal(state["w"].full_tensor().numpy(), JAX_FULL)
-            and np.array_equal(state["rows"].full_tensor().numpy(), JAX_FULL * 2)
-            and result.values["state"]["step"] == 3)
+    # The checkpoint two JAX processes saved, into an FSDP2 module over this job's ranks (rows sharded)
+    params = fully_shard(Pair(), mesh=init_device_mesh("cpu", (world,)))
+    Checkpoint(params=params).load(f"s3://{bucket}/jax", timeout=60)
+    local = params.w.to_local()
+    print(f"rank {rank}: jax->dtensor local {list(local.shape)} of {params.w.device_mesh.size()} ranks", flush=True)
+    same = (np.array_equal(params.w.full_tensor().detach().numpy(), JAX_FULL)
+            and np.array_equal(params.rows.full_tensor().detach().numpy(), JAX_FULL * 2))
     print(f"rank {rank}: jax->dtensor bit-exact {same}", flush=True)
+
+
+class Pair(torch.nn.Module):
+    """The two arrays the JAX processes saved (component ``params``), as parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(8, 8))
+        self.rows = torch.nn.Parameter(torch.zeros(8, 8))
 
 
 def main() -> None:

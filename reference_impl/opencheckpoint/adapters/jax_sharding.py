@@ -21,7 +21,6 @@ does not matter: 8 shards of a ``4x2`` mesh restore onto ``2x4``, onto
 from __future__ import annotations
 
 import sys
-
 from typing import Any, Protocol
 
 import jax
