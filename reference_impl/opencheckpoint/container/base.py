@@ -210,10 +210,10 @@ class FileRegion:
         self.close()
 
 
-def gone_while_reading(rel: str, how: str) -> ConcurrentModification:
+def gone_while_reading(rel: str, how: str) -> CheckpointError:
     """R-RDR-14: a file present when the checkpoint was opened is gone: another process replaced or deleted it."""
-    return ConcurrentModification(f"the file was present when the checkpoint was opened and is gone now: {how}",
-                                  file=rel, rule="R-RDR-14")
+    return CON.error("R-RDR-14", f"the file was present when the checkpoint was opened and is gone now: {how}",
+                     file=rel)
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:

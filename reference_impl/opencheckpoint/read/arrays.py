@@ -19,6 +19,7 @@ from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError
 from ..format.integrity import CHUNK_BYTES
+from ..rules import restated
 from ..tree.decode import empty_array
 from ..tree.gc_pause import paused_gc
 from ..tree.nodes import ArrayRef
@@ -210,10 +211,11 @@ def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]]
         try:
             read_verified_into(region, ref, target, file, verify=verify)
         except IntegrityError as exc:
-            raise ConcurrentModification(
+            raise restated(
+                exc, ConcurrentModification,
                 f"{ref.path}: the bytes verified before the restore changed while they were copied in ({exc.message}); "
                 "another process modified the checkpoint in place: live arrays filled from it are partly "
-                "updated, load again", file=file, rule=exc.rule) from None
+                "updated, load again", file=file) from None
 
 
 #: Size of the buffer :class:`ScratchVerifier` reads through.
