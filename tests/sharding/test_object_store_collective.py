@@ -129,3 +129,20 @@ def test_a_collective_save_to_the_archive_form_of_a_url_is_refused_on_every_rank
     results = ThreadWorld(2).run(lambda group: Checkpoint(state=_rank_state(group.rank, 2)).save(
         f"{mem_url}/c", process_group=group, format="archive"))
     assert all(isinstance(r, CheckpointError) and "directory form" in str(r) for r in results), results
+
+
+def test_objects_of_a_rank_cut_off_from_the_outcome_stay_until_the_next_save_removes_them_by_its_marker(
+        memfs: Any, mem_url: str, tmp_path: Path) -> None:
+    """No outcome (the group broke): the rank cannot know whether the manifest was written, so its objects and
+    marker stay; once its writer has ended, the next save to the prefix deletes exactly them (R-PUB-24)."""
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards/rank-00001.bin").write_bytes(b"shard")
+    target = FsPath.from_url(f"{mem_url}/step-3")
+    part = publish.RankUpload(tmp_path, ["shards/rank-00001.bin"], target)
+    part.upload()
+    part.abandon()
+    left = _objects(memfs, mem_url)
+    assert "step-3/shards/rank-00001.bin" in left and any(".step-3.oc-staging-" in name for name in left), left
+    Checkpoint(state={"b": np.arange(2)}).save(str(target))  # its check removes the ended writer's debris
+    assert _objects(memfs, mem_url) == ["step-3/components/state/data.bin", "step-3/components/state/tree.msgpack",
+                                        "step-3/manifest.json"]

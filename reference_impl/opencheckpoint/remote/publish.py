@@ -128,9 +128,9 @@ class RankUpload:
     >>> scratch = pathlib.Path(tempfile.mkdtemp()); _ = (scratch / "part.bin").write_bytes(b"x")
     >>> target = FsPath(fsspec.filesystem("memory"), "/doc-rank/ckpt")
     >>> part = RankUpload(scratch, ["part.bin"], target); part.upload()
-    >>> target.fs.cat_file(target.key("part.bin")), len(target.fs.ls("/doc-rank"))  # the object and the marker
+    >>> target.fs.cat_file(target.key("part.bin")), len(target.fs.find("/doc-rank"))  # the object and the marker
     (b'x', 2)
-    >>> part.settle(published=False); target.fs.ls("/doc-rank")
+    >>> part.settle(published=False); target.fs.find("/doc-rank")  # not published: both deleted
     []
     """
 
