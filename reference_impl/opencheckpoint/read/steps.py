@@ -192,7 +192,8 @@ class CheckpointSteps:
     def component_files(self, name: str) -> ComponentFiles:
         """The data files of a tree component, each mapped when a sharded array first needs it."""
         record = self.record(name)
-        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()})
+        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()},
+                              fetch=self.source.private_range)
 
     def open_region(self, data_file: str, size: int, *, again: bool = False) -> FileRegion:
         """Positioned reads of a data file (:meth:`Source.open_region`); ``again``: its bytes will be read
