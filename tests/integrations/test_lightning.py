@@ -233,6 +233,24 @@ def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_cl
     assert PlainIO().load_checkpoint(last)["global_step"] == STEPS
 
 
+@pytest.mark.parametrize("form", ["archive", "directory"])
+def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path, form: str) -> None:
+    """Another writer's checkpoint at the path (a plain ``Checkpoint.save``) is refused with TargetExists naming
+    the path and left whole, in either form and whichever form the plugin writes; the plugin's own is replaced."""
+    target = tmp_path / "epoch=0-step=4.ckpt"
+    Checkpoint(precious={"w": torch.arange(3.0)}).save(target, format=form)
+    for io in (OpenCheckpointIO(), OpenCheckpointIO(format="directory")):
+        with pytest.raises(TargetExists, match="refusing to replace.*nothing was written") as refused:
+            io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, target)
+        assert refused.value.file == str(target)
+        assert validate(target).ok and list(manifest(target)["components"]) == ["precious"]
+    ours = tmp_path / "last.ckpt"
+    io = OpenCheckpointIO(format=form)  # type: ignore[arg-type]
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, ours)
+    io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "epoch": 1}, ours)
+    assert io.load_checkpoint(ours)["epoch"] == 1
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["async_save", "AsyncCheckpointIO"])
 def test_async_saves(tmp_path: Path, wrapped: bool) -> None:
     """``OpenCheckpointIO(async_save=True)``: removals wait for the save to their path, so save_top_k keeps its

@@ -52,8 +52,10 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
                          durable: bool = True, background: bool = False) -> Any:
     """Save a Lightning checkpoint dict at ``path`` atomically (the old checkpoint there stays until then).
 
-    Replaces only a checkpoint (R-PUB-16): a ``torch.save`` file or a folder of
-    the user's at ``path`` raises :class:`TargetExists`. A value that would not
+    Replaces only a checkpoint this integration wrote (the rule of
+    :func:`remove_checkpoint`): a ``torch.save`` file, a folder of the user's, a
+    checkpoint of another writer at ``path`` raises :class:`TargetExists` naming
+    it and stays as it was. A value that would not
     come back exactly raises :class:`UnsupportedValue` naming its key, before
     anything on disk changes. One process writes (Lightning calls its
     ``CheckpointIO`` on global rank 0 only), so the save never waits for the
@@ -61,6 +63,7 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
     a thread (:meth:`Checkpoint.save_async`); returns its ``SaveHandle``.
     """
     components, metadata = _components(checkpoint, path)
+    _require_ours(resolve_location(path), str(path), "replace", "nothing was written")
     saver = Checkpoint(format=format, sha256=sha256, durable=durable, **components)
     try:
         if background:
@@ -165,19 +168,27 @@ def remove_checkpoint(path: PathArg) -> None:
     crash never leaves half of one under its name. Nothing at ``path``: nothing to do.
     """
     location = resolve_location(path)
+    if not _require_ours(location, str(path), "delete", "nothing was deleted"):
+        logger.info("nothing to remove at %s", path)
+        return
+    store_for(location).delete(location)
+
+
+def _require_ours(location: Any, where: str, action: str, outcome: str) -> bool:
+    """Whether something is at ``location``; raise :class:`TargetExists` (``refusing to <action>``) when it is
+    not a checkpoint carrying :data:`MARK_KEY`: what a save replaces and a removal deletes, one rule."""
     if isinstance(location, FsPath):
         exists = location.fs.exists(location.key("manifest.json")) or location.fs.exists(location.path)
     else:
         exists = os.path.lexists(location)
     if not exists:
-        logger.info("nothing to remove at %s", path)
-        return
+        return False
     try:
         with CheckpointReader(location) as reader:
-            _mark(reader.manifest, str(path))
+            _mark(reader.manifest, where)
     except NotACheckpoint as exc:
-        raise TargetExists(f"refusing to delete: not an OpenCheckpoint checkpoint ({exc.message}); nothing was "
-                           "deleted", file=str(path)) from None
+        raise TargetExists(f"refusing to {action}: not an OpenCheckpoint checkpoint ({exc.message}); {outcome}",
+                           file=where) from None
     except CheckpointError as exc:
-        raise TargetExists(f"refusing to delete: {exc.message}; nothing was deleted", file=str(path)) from None
-    store_for(location).delete(location)
+        raise TargetExists(f"refusing to {action}: {exc.message}; {outcome}", file=where) from None
+    return True
