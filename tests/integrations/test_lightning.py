@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -249,6 +250,54 @@ def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path, form
     io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, ours)
     io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "epoch": 1}, ours)
     assert io.load_checkpoint(ours)["epoch"] == 1
+
+
+def _crafted(path: Path, weights: dict[str, Any], trainer: dict[str, Any]) -> Path:
+    """A checkpoint that validates and carries the plugin's mark, its two documents written by hand."""
+    Checkpoint(state_dict=weights, trainer=trainer).save(path, format="archive",
+                                                          metadata={MARK_KEY: {"version": 1, "state_dict_at": 0}})
+    assert validate(path).ok
+    return path
+
+
+def _document(value: Any, **recorded: Any) -> dict[str, Any]:
+    return {"value": value, "attributes": [], "ordered": [], "numpy": [], **recorded}
+
+
+@pytest.mark.parametrize("case, field, message", [
+    ("trainer_a_list", "$.value", "'trainer' component holds a list"),
+    ("attribute_keys", "$.attributes[0]", "only torch's state_dict()._metadata is kept, not 'keys'"),
+    ("metadata_a_number", "$.attributes[0]", "_metadata is not torch's mapping"),
+    ("state_dict_twice", "$.value.state_dict", "duplicate key 'state_dict'"),
+])
+def test_a_crafted_checkpoint_is_refused_naming_the_file_and_field(tmp_path: Path, case: str, field: str,
+                                                                   message: str) -> None:
+    """Hostile documents in a valid, marked checkpoint: a CheckpointError naming file and field, never a raw
+    exception, an attribute set from the file, or one of two ``state_dict`` s chosen silently."""
+    weights = {"w": torch.ones(2).numpy()}
+    documents = {
+        "trainer_a_list": (_document(weights), _document([1, 2])),
+        "attribute_keys": (_document(weights, ordered=[["value"]], attributes=[[["value"], "keys", 5]]),
+                           _document({"epoch": 1})),
+        "metadata_a_number": (_document(weights, ordered=[["value"]], attributes=[[["value"], "_metadata", 5]]),
+                              _document({"epoch": 1})),
+        "state_dict_twice": (_document(weights), _document({"state_dict": weights, "epoch": 1})),
+    }
+    path = _crafted(tmp_path / f"{case}.ckpt", *documents[case])
+    with pytest.raises(CheckpointError, match=re.escape(message)) as refused:
+        OpenCheckpointIO().load_checkpoint(path)
+    assert (refused.value.file, refused.value.field) == (str(path), field)
+
+
+def test_only_torchs_metadata_attribute_is_saved(tmp_path: Path) -> None:
+    """What a load would refuse is refused at save, naming the key: another attribute, another _metadata shape."""
+    target = tmp_path / "refused.ckpt"
+    for name, value in (("note", "x"), ("_metadata", {"": {"version": torch.ones(1)}})):
+        extra: OrderedDict[str, int] = OrderedDict(a=1)
+        setattr(extra, name, value)
+        with pytest.raises(UnsupportedValue, match=rf"'extra'.*attribute '{name}'"):
+            OpenCheckpointIO().save_checkpoint({"extra": extra}, target)
+    assert not target.exists()
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["async_save", "AsyncCheckpointIO"])

@@ -131,13 +131,31 @@ def load_checkpoint_dict(path: PathArg, map_location: Any = None) -> dict[str, A
     with CheckpointReader(path) as reader:
         where = str(path)
         mark = _mark(reader.manifest, where)
-        rest = from_document(reader.read(TRAINER, framework="torch", map_location=map_location), file=where)
-        if "state_dict_at" not in mark:
+        rest = _trainer_keys(from_document(reader.read(TRAINER, framework="torch", map_location=map_location),
+                                           file=where), where)
+        has_weights = WEIGHTS in (reader.manifest.get("components") or {})
+        if has_weights != ("state_dict_at" in mark):
+            found = "a component but no position" if has_weights else "a position but no component"
+            raise IncompatibleComponent(f"{WEIGHTS!r}: {found} (the plugin writes both or neither)", file=where,
+                                        field=f"$.metadata['{MARK_KEY}'].state_dict_at")
+        if not has_weights:
             return dict(rest)
         weights = from_document(reader.read(WEIGHTS, framework="torch", map_location=map_location), file=where)
     keys = list(rest)
     keys.insert(min(mark["state_dict_at"], len(keys)), WEIGHTS)
     return {key: weights if key == WEIGHTS else rest[key] for key in keys}
+
+
+def _trainer_keys(rest: Any, where: str) -> dict[Any, Any]:
+    """The ``trainer`` component's value, checked: a dict (what the plugin writes) without ``state_dict``
+    (kept in its own component: a second one there would silently shadow it, or be shadowed)."""
+    if type(rest) is not dict:
+        raise IncompatibleComponent(f"the {TRAINER!r} component holds a {type(rest).__name__}, not the dict of "
+                                    "a Lightning checkpoint's keys", file=where, field="$.value")
+    if WEIGHTS in rest:
+        raise IncompatibleComponent(f"duplicate key {WEIGHTS!r}: the {TRAINER!r} component holds one, but the "
+                                    f"weights are the {WEIGHTS!r} component's", file=where, field=f"$.value.{WEIGHTS}")
+    return rest
 
 
 def _mark(manifest: dict[str, Any], where: str) -> dict[str, Any]:
@@ -150,8 +168,8 @@ def _mark(manifest: dict[str, Any], where: str) -> dict[str, Any]:
             f"not a Lightning checkpoint written by OpenCheckpointIO (no {MARK_KEY!r} version {_MARK_VERSION} in "
             f"its metadata; its components: {components}): load it with opencheckpoint.Checkpoint.load or "
             "read_component", file=where)
-    at = mark.get("state_dict_at")
-    if at is not None and not (type(at) is int and at >= 0):
+    at = mark.get("state_dict_at", 0)
+    if not (type(at) is int and at >= 0):
         raise IncompatibleComponent(f"{MARK_KEY}.state_dict_at is not a position: {at!r}", file=where)
     return mark
 
