@@ -29,7 +29,7 @@ L = pytest.importorskip("lightning")
 import lightning_train  # noqa: E402  (tests/integrations, on pytest's pythonpath)
 
 from opencheckpoint import Checkpoint, manifest, validate  # noqa: E402
-from opencheckpoint.format.errors import CheckpointError, TargetExists, UnsupportedValue  # noqa: E402
+from opencheckpoint.format.errors import CheckpointError, LimitExceeded, TargetExists, UnsupportedValue  # noqa: E402
 from opencheckpoint.integrations.lightning import OpenCheckpointIO  # noqa: E402
 from opencheckpoint.integrations.lightning_io import MARK_KEY  # noqa: E402
 
@@ -298,6 +298,22 @@ def test_only_torchs_metadata_attribute_is_saved(tmp_path: Path) -> None:
         with pytest.raises(UnsupportedValue, match=rf"'extra'.*attribute '{name}'"):
             OpenCheckpointIO().save_checkpoint({"extra": extra}, target)
     assert not target.exists()
+
+
+def test_a_value_containing_itself_is_refused_as_the_core_refuses_it(tmp_path: Path) -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    target = tmp_path / "loop.ckpt"
+    with pytest.raises(LimitExceeded, match="nested deeper than 128"):
+        OpenCheckpointIO().save_checkpoint({"state_dict": {}, "hyper_parameters": {"x": loop}}, target)
+    with pytest.raises(LimitExceeded, match="nested deeper than 128"):
+        Checkpoint(cfg={"x": loop}).save(tmp_path / "core")
+    assert not target.exists()
+    deep: list[Any] = [0]
+    for _ in range(100):  # deep, within the limit: kept
+        deep = [deep]
+    OpenCheckpointIO().save_checkpoint({"hyper_parameters": {"x": deep}}, target)
+    assert OpenCheckpointIO().load_checkpoint(target)["hyper_parameters"]["x"] == deep
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["async_save", "AsyncCheckpointIO"])

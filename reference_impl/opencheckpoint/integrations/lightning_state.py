@@ -39,6 +39,9 @@ from typing import Any
 import numpy as np
 
 from ..format.errors import IncompatibleComponent, UnsupportedValue
+from ..format.limits import TREE_MAX_DEPTH
+from ..rules import required
+from ..rules.tree import TREE
 
 #: The one ``OrderedDict`` attribute kept: torch's ``state_dict()._metadata``.
 METADATA = "_metadata"
@@ -61,6 +64,8 @@ class _Recorder:
     def walk(self, node: Any, path: Path) -> Any:
         kind = type(node)
         if kind is dict or kind is OrderedDict:
+            if len(path) >= TREE_MAX_DEPTH:  # as the codec would (a value containing itself included)
+                raise required(TREE.check("R-LIM-10", render(path), len(path) + 1))
             if kind is OrderedDict:
                 self.ordered.append(path)
                 for name in sorted(vars(node)):
@@ -74,6 +79,8 @@ class _Recorder:
                     entry[2] = self.walk(getattr(node, name), ["attributes", index, 2])
             return {key: self.walk(item, [*path, key]) for key, item in node.items()}
         if kind is list or kind is tuple:
+            if len(path) >= TREE_MAX_DEPTH:
+                raise required(TREE.check("R-LIM-10", render(path), len(path) + 1))
             return kind(self.walk(item, [*path, index]) for index, item in enumerate(node))
         if isinstance(node, tuple):
             raise UnsupportedValue(
