@@ -252,10 +252,10 @@ def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path, form
     assert io.load_checkpoint(ours)["epoch"] == 1
 
 
-def _crafted(path: Path, weights: dict[str, Any], trainer: dict[str, Any]) -> Path:
-    """A checkpoint that validates and carries the plugin's mark, its two documents written by hand."""
-    Checkpoint(state_dict=weights, trainer=trainer).save(path, format="archive",
-                                                          metadata={MARK_KEY: {"version": 1, "state_dict_at": 0}})
+def _crafted(path: Path, weights: dict[str, Any] | None, trainer: dict[str, Any]) -> Path:
+    """A checkpoint that validates and carries the plugin's mark, its documents written by hand."""
+    components = {"trainer": trainer} if weights is None else {"state_dict": weights, "trainer": trainer}
+    Checkpoint(**components).save(path, format="archive", metadata={MARK_KEY: {"version": 1, "state_dict_at": 0}})
     assert validate(path).ok
     return path
 
@@ -269,6 +269,7 @@ def _document(value: Any, **recorded: Any) -> dict[str, Any]:
     ("attribute_keys", "$.attributes[0]", "only torch's state_dict()._metadata is kept, not 'keys'"),
     ("metadata_a_number", "$.attributes[0]", "_metadata is not torch's mapping"),
     ("state_dict_twice", "$.value.state_dict", "duplicate key 'state_dict'"),
+    ("no_state_dict", f"$.metadata['{MARK_KEY}'].state_dict_at", "'state_dict': a position but no component"),
 ])
 def test_a_crafted_checkpoint_is_refused_naming_the_file_and_field(tmp_path: Path, case: str, field: str,
                                                                    message: str) -> None:
@@ -282,6 +283,7 @@ def test_a_crafted_checkpoint_is_refused_naming_the_file_and_field(tmp_path: Pat
         "metadata_a_number": (_document(weights, ordered=[["value"]], attributes=[[["value"], "_metadata", 5]]),
                               _document({"epoch": 1})),
         "state_dict_twice": (_document(weights), _document({"state_dict": weights, "epoch": 1})),
+        "no_state_dict": (None, _document({"epoch": 1})),
     }
     path = _crafted(tmp_path / f"{case}.ckpt", *documents[case])
     with pytest.raises(CheckpointError, match=re.escape(message)) as refused:
