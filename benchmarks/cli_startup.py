@@ -64,6 +64,8 @@ def main() -> None:
             "`python -c pass`": [args.python, "-c", "pass"],
             "`python -c 'import numpy'`": [args.python, "-c", "import numpy"],
             "`python -c 'import pydantic'`": [args.python, "-c", "import pydantic"],
+            "the libraries a read command needs (NumPy, pydantic's BaseModel, msgpack, rich's Console and Table)": [
+                args.python, "-c", "import numpy, msgpack, rich.console, rich.table; from pydantic import BaseModel"],
             "`opencheckpoint --help`": [*cli, "--help"],
             "`opencheckpoint inspect CKPT`": [*cli, "inspect", str(checkpoint)],
             "`opencheckpoint validate CKPT`": [*cli, "validate", str(checkpoint)],
