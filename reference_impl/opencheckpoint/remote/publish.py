@@ -35,8 +35,9 @@ from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
-from ..format.errors import ConcurrentModification, TargetExists, UnsupportedLocation
+from ..format.errors import ConcurrentModification, UnsupportedLocation
 from ..format.manifest import MANIFEST_NAME
+from ..rules.publication import PUB
 from .fspath import FsPath, is_folder_marker
 
 #: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer
@@ -150,23 +151,23 @@ def check_remote_target(target: FsPath) -> None:
     ancestor, seen = target.parent, {target.path}
     while ancestor.path not in seen:
         if fs.exists(ancestor.key(MANIFEST_NAME)):
-            raise TargetExists(f"inside the checkpoint {ancestor}: a checkpoint is never modified", file=str(target),
-                               rule="R-PUB-21")
+            raise PUB.error("R-PUB-21", f"inside the checkpoint {ancestor}: a checkpoint is never modified",
+                            file=str(target))
         seen.add(ancestor.path)
         ancestor = ancestor.parent
     clean_remote_debris(target.parent, only=target.name)
     if fs.exists(target.key(MANIFEST_NAME)):
-        raise TargetExists("a checkpoint is there, and on an object store a checkpoint is never overwritten in "
-                           "place (nothing can be renamed, so a replacement could be seen half-written): save to a "
-                           "new prefix, or delete the old checkpoint first", file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", "a checkpoint is there, and on an object store a checkpoint is never overwritten "
+                        "in place (nothing can be renamed, so a replacement could be seen half-written): save to a "
+                        "new prefix, or delete the old checkpoint first", file=str(target))
     if fs.isfile(target.path):
-        raise TargetExists("an object (a file) is there; nothing is ever deleted that a save did not write",
-                           file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", "an object (a file) is there; nothing is ever deleted that a save did not write",
+                        file=str(target))
     leftover = _objects_below(target)
     if leftover:
-        raise TargetExists(f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
-                           f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
-                           "delete them or save elsewhere", file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
+                        f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
+                        "delete them or save elsewhere", file=str(target))
 
 
 def _remove_objects(prefix: FsPath, rels: list[str]) -> None:
