@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections import OrderedDict, namedtuple
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -235,18 +235,19 @@ def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_cl
 
 
 @pytest.mark.parametrize("form", ["archive", "directory"])
-def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path, form: str) -> None:
+def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path,
+                                                            form: Literal["archive", "directory"]) -> None:
     """Another writer's checkpoint at the path (a plain ``Checkpoint.save``) is refused with TargetExists naming
     the path and left whole, in either form and whichever form the plugin writes; the plugin's own is replaced."""
     target = tmp_path / "epoch=0-step=4.ckpt"
     Checkpoint(precious={"w": torch.arange(3.0)}).save(target, format=form)
     for io in (OpenCheckpointIO(), OpenCheckpointIO(format="directory")):
-        with pytest.raises(TargetExists, match="refusing to replace.*nothing was written") as refused:
+        with pytest.raises(TargetExists, match=r"refusing to replace.*nothing was written") as refused:
             io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, target)
         assert refused.value.file == str(target)
         assert validate(target).ok and list(manifest(target)["components"]) == ["precious"]
     ours = tmp_path / "last.ckpt"
-    io = OpenCheckpointIO(format=form)  # type: ignore[arg-type]
+    io = OpenCheckpointIO(format=form)
     io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, ours)
     io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "epoch": 1}, ours)
     assert io.load_checkpoint(ours)["epoch"] == 1
@@ -254,7 +255,8 @@ def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path, form
 
 def _crafted(path: Path, weights: dict[str, Any] | None, trainer: dict[str, Any]) -> Path:
     """A checkpoint that validates and carries the plugin's mark, its documents written by hand."""
-    components = {"trainer": trainer} if weights is None else {"state_dict": weights, "trainer": trainer}
+    components: dict[str, Any] = {"trainer": trainer} if weights is None else {"state_dict": weights,
+                                                                               "trainer": trainer}
     Checkpoint(**components).save(path, format="archive", metadata={MARK_KEY: {"version": 1, "state_dict_at": 0}})
     assert validate(path).ok
     return path
