@@ -36,6 +36,7 @@ from ..read.reader import CheckpointReader
 from ..remote.fspath import FsPath
 from ..run.rotation_store import store_for
 from ..sharding.collective import LocalCollective
+from ..write.async_save import wait_for_target
 from .lightning_state import from_document, to_document
 
 logger = logging.getLogger("opencheckpoint.integrations.lightning")
@@ -63,7 +64,9 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
     a thread (:meth:`Checkpoint.save_async`); returns its ``SaveHandle``.
     """
     components, metadata = _components(checkpoint, path)
-    _require_ours(resolve_location(path), str(path), "replace", "nothing was written")
+    location = resolve_location(path)
+    wait_for_target(location)  # a save to it still in flight publishes first: then what is there is looked at
+    _require_ours(location, str(path), "replace", "nothing was written")
     saver = Checkpoint(format=format, sha256=sha256, durable=durable, **components)
     try:
         if background:
