@@ -41,6 +41,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 from ..format.errors import CheckpointError, LimitExceeded
 from ..format.producer import utc_timestamp
@@ -228,7 +229,7 @@ def _exit_begun() -> bool:
         return True
     if threading.current_thread() is not threading.main_thread():
         return False
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>":
             return False
