@@ -142,3 +142,21 @@ def test_trainer_loads_the_best_model_from_its_checkpoint(tmp_path: Path) -> Non
     restored = trainer.model.state_dict()
     assert all(torch.equal(restored[name], tensor) for name, tensor in saved.items())
     assert restored["lm_head.weight"].data_ptr() == restored["transformer.wte.weight"].data_ptr()
+
+
+def test_trainer_refuses_an_optimizer_of_another_class_before_restoring_the_model(tmp_path: Path) -> None:
+    """A checkpoint of optim="adamw_torch" resumed with optim="sgd": refused naming the key, weights untouched."""
+    config = GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=4)
+    rows = [{"input_ids": torch.tensor([1, 2, 3, 4]), "labels": torch.tensor([1, 2, 3, 4])}] * 2
+
+    def trainer(optim: str, steps: int) -> OpenCheckpointTrainer:
+        args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, max_steps=steps, optim=optim,
+                                 save_steps=1, per_device_train_batch_size=2, disable_tqdm=True)
+        return OpenCheckpointTrainer(model=GPT2LMHeadModel(config), args=args, train_dataset=rows)
+
+    trainer("adamw_torch", 1).train()
+    resumed = trainer("sgd", 2)
+    before = {name: tensor.clone() for name, tensor in resumed.model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"optimizer.*'momentum'"):
+        resumed.train(resume_from_checkpoint=True)
+    assert all(torch.equal(before[name], tensor) for name, tensor in resumed.model.state_dict().items())

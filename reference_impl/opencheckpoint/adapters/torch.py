@@ -152,8 +152,29 @@ def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None
         if not isinstance(params, list) or len(params) != len(live["params"]):
             raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the "
                                         "size of the optimizer's group")
+        check_group_keys(stored, live, prefix + f"parameter group {index}: ")
         for stored_id, param in zip(params, live["params"], strict=True):
             _check_param_state(optimizer, state["state"].get(stored_id), param, prefix + f"group {index}: ")
+
+
+#: Parameter-group keys a stored group may lack: torch's optimizers fill them with defaults on
+#: ``load_state_dict`` (``__setstate__``'s ``setdefault``) because newer torch versions added them, and
+#: LR schedulers add ``initial_lr`` to the live groups. docs/guarantees-in-detail.md lists them.
+TORCH_DEFAULTED_GROUP_KEYS = frozenset({"foreach", "fused", "differentiable", "capturable", "maximize",
+                                        "decoupled_weight_decay", "initial_lr"})
+
+
+def check_group_keys(stored: dict[str, Any], live: dict[str, Any], prefix: str) -> None:
+    """A stored group carries every hyper-parameter key the live group has (torch's defaulted keys aside).
+
+    ``Optimizer.load_state_dict`` replaces the live groups with the stored ones whatever their keys: a
+    state saved from another optimizer class (Adam into SGD) loads, and the next ``step()`` raises
+    ``KeyError('momentum')``. A missing key is that mismatch, refused before anything is restored.
+    """
+    missing = sorted(set(live) - set(stored) - TORCH_DEFAULTED_GROUP_KEYS)
+    if missing:
+        raise IncompatibleComponent(prefix + f"the stored group lacks the hyper-parameter key(s) {missing} the "
+                                    "optimizer needs (a state saved from another optimizer class?)")
 
 
 #: Optimizer state entries shaped like their parameter in torch's built-in optimizers (Adam, AdamW, SGD,
@@ -469,6 +490,7 @@ def adapter_for(value: Any) -> Adapter | None:
 
 
 __all__ = [
+    "TORCH_DEFAULTED_GROUP_KEYS", "check_group_keys",
     "FRAMEWORK",
     "TORCH_DTYPES",
     "TORCH_DTYPE_NAMES",

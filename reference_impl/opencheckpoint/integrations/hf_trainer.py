@@ -53,10 +53,11 @@ from transformers.trainer_utils import (
 )
 
 from ..adapters.base import TreeAdapter
+from ..adapters.torch import check_group_keys
 from ..checkpoint import Checkpoint
 from ..format.errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..read.probe import is_checkpoint, manifest
-from ..read.reader import read_component
+from ..read.reader import open_checkpoint, read_component
 from ..read.validate import validate
 from ..run.rng import GlobalRNGState
 from ..run.rotation import Rotation
@@ -211,6 +212,7 @@ class OpenCheckpointTrainerMixin:
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
         if self._oc_resume is None:
             return result  # type: ignore[no-any-return]
+        self._oc_check_optimizer_fit()  # Trainer builds its optimizer later: its class is checked now
         self._oc_load(("model",))  # before accelerator.prepare, where Trainer loads its weights
         trainer.state = TrainerState(**read_component(self._oc_resume, "trainer_state"))
         best = trainer.state.best_model_checkpoint
@@ -225,6 +227,31 @@ class OpenCheckpointTrainerMixin:
             steps_trained *= trainer.args.gradient_accumulation_steps
         trainer.state.init_training_references(trainer, max_steps, num_train_epochs, trial)
         return epochs_trained, steps_trained
+
+    def _oc_check_optimizer_fit(self) -> None:
+        """The stored optimizer groups carry the keys of the optimizer Trainer will build (or was given),
+        checked before the model is restored: a checkpoint of ``optim="adamw_torch"`` resumed with
+        ``optim="sgd"`` is refused with nothing changed (the load of the optimizer checks it again)."""
+        assert self._oc_resume is not None
+        trainer: Any = self
+        if "optimizer" not in _stored(self._oc_resume):
+            return
+        live_groups = _optimizer_groups(trainer)
+        if live_groups is None:
+            return
+        with open_checkpoint(self._oc_resume) as stored:
+            groups = stored.tree("optimizer").get("param_groups")
+        if not isinstance(groups, list):
+            return  # not an optimizer state dict: the optimizer's own load refuses it
+        prefix = f"components.optimizer: {type(trainer.optimizer).__name__ if trainer.optimizer else _optim_name(trainer.args)}" \
+                 " (checked before restoring anything): "
+        for index, group in enumerate(groups):
+            if isinstance(group, dict):
+                try:
+                    check_group_keys(group, live_groups[min(index, len(live_groups) - 1)],
+                                     prefix + f"parameter group {index}: ")
+                except IncompatibleComponent as exc:
+                    raise IncompatibleComponent(str(exc), file=str(self._oc_resume)) from None
 
     def _prepare_for_training(self, max_steps: int, train_dataloader: Any, resume_from_checkpoint: Any) -> Any:
         """Trainer's preparation, then (resuming) the optimizer, scheduler and scaler, where Trainer loads them."""
@@ -251,6 +278,24 @@ class OpenCheckpointTrainerMixin:
             super()._load_best_model()  # type: ignore[misc]
             return
         Checkpoint(model=trainer.model).load(best, components=["model"])
+
+
+def _optimizer_groups(trainer: Any) -> list[dict[str, Any]] | None:
+    """The param groups of the trainer's optimizer, or of a scratch one of the class ``args.optim`` names
+    (on a one-element parameter); None where that class cannot be built here (it is checked at its load)."""
+    if trainer.optimizer is not None:
+        return list(_unwrapped(trainer.optimizer, "optimizer").param_groups)
+    import torch
+
+    try:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(trainer.args, trainer.model)
+        return list(cls([torch.nn.Parameter(torch.zeros(1))], **kwargs).param_groups)
+    except Exception:  # noqa: BLE001  # optimizers needing the model or a GPU (GaLore, bitsandbytes...)
+        return None
+
+
+def _optim_name(args: Any) -> str:
+    return f"optim={getattr(args.optim, 'value', args.optim)!r}"
 
 
 def _stored(path: Path) -> set[str]:
