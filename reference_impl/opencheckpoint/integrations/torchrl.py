@@ -34,6 +34,7 @@ target parameters.
 
 from __future__ import annotations
 
+import copy
 import pathlib
 from collections import OrderedDict
 from typing import Any
@@ -96,11 +97,25 @@ class LossModuleAdapter(ModuleAdapter):
         # A loss builds its value estimator (whose buffers, e.g. gamma, are in its state dict) on first use: a
         # loss saved after training has one, a fresh loss not yet. Build it as that first use would (torchrl's
         # defaults), so the stored buffers have their place; they are then checked and restored like the rest.
+        # The check phase must leave the live loss as it was (a later component may fail verification): the
+        # estimator is built for the check and taken away again, then built for good in the apply phase.
         root = reader.reader.decoded_layout(reader.name)[0].root
-        if (getattr(value, "_value_estimator", False) is None and isinstance(root, dict)
+        if not (getattr(value, "_value_estimator", False) is None and isinstance(root, dict)
                 and any(str(key).startswith(_ESTIMATOR_PREFIX) for key in root)):
+            return super().prepare(value, reader, strict=strict)
+        attributes = {key: copy.copy(entry) if isinstance(entry, dict) else entry for key, entry in vars(value).items()}
+        try:
             value._default_value_estimator()
-        return super().prepare(value, reader, strict=strict)
+            checked = super().prepare(value, reader, strict=strict)
+        finally:
+            vars(value).clear()
+            vars(value).update(attributes)
+
+        def apply() -> Any:
+            value._default_value_estimator()
+            return super(LossModuleAdapter, self).prepare(value, reader, strict=strict).apply()
+
+        return PreparedRestore(apply, checked=checked.checked)
 
 
 def _is_tensordict_shape(entry: Any) -> bool:
