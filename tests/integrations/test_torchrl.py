@@ -113,7 +113,7 @@ def test_a_restore_is_verified_before_anything_changes(runs: dict[str, Path], tm
     trainer = torchrl_run.build(str(tmp_path / "fresh"))
     before = {k: v.clone() for k, v in trainer.loss_module.state_dict().items()}
     with pytest.raises(IntegrityError):
-        trainer.load_from_file(copy)
+        trainer.load_from_file(latest)  # the checkpoint itself: its run directory would fall back past it
     after = trainer.loss_module.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # the loss module (loaded first) is untouched
     assert set(after) == set(before)  # its value estimator (gamma) was built for the check only
@@ -126,6 +126,37 @@ def test_unpickling_arguments_are_refused(runs: dict[str, Path], tmp_path: Path)
         trainer.load_from_file(runs["full"], weights_only=False)
     with pytest.raises(UnsupportedValue, match="pickle_module"):
         TrainerCheckpoint().load(Rotation(runs["full"]).latest(), tensor_load_kwargs={"pickle_module": None})
+    marker = tmp_path / "ran"
+    legacy = tmp_path / "trainer.pt"  # a legacy torchrl file whose unpickling would create ``marker``
+    torch.save({"state": _Creates(str(marker))}, legacy)
+    with pytest.raises(UnsupportedValue, match="weights_only"):
+        trainer.load_from_file(legacy, weights_only=False)
+    assert not marker.exists()
+
+
+class _Creates:
+    """Unpickled, it creates a file (the code a pickle runs)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+def test_a_run_directory_falls_back_past_a_corrupt_newest_checkpoint(runs: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(runs["full"], copy)
+    newest, older = Rotation(copy).checkpoints()[-1:-3:-1]
+    data = newest / "components" / "loss_module" / "data.bin"
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    trainer = torchrl_run.build(str(tmp_path / "fresh"))
+    trainer.load_from_file(copy)
+    assert trainer.collected_frames == read_component(older, "trainer_state")["collected_frames"] > 0
 
 
 def test_torchrl_checkpoint_objects_are_taken_over(tmp_path: Path) -> None:

@@ -300,8 +300,13 @@ class Trainer(torchrl_trainers.Trainer):  # type: ignore[misc]  # torchrl ships 
 
         Every component is read and verified before any is restored. ``map_location``
         (default ``"cpu"``) and ``strict`` as torchrl's; ``weights_only=False`` is refused.
-        A torchrl checkpoint or a legacy ``CKPT_BACKEND`` file goes to torchrl's own loader.
+        A torchrl checkpoint or a legacy ``CKPT_BACKEND`` file goes to torchrl's own loader
+        (``weights_only=False`` is refused for those too, before the file is read: it runs the
+        file's pickled code). A rotation directory falls back past a newest checkpoint that fails
+        verification, as :meth:`Rotation.load_newest <opencheckpoint.run.Rotation.load_newest>` does.
         """
+        if kwargs.get("weights_only", True) is False:
+            check_torch_load_keywords({"weights_only": False}, str(file))
         path = _opencheckpoint_path(file)
         if path is None:
             return super().load_from_file(file, **kwargs)  # type: ignore[no-any-return]
@@ -309,7 +314,13 @@ class Trainer(torchrl_trainers.Trainer):  # type: ignore[misc]  # torchrl ships 
         strict = kwargs.pop("strict", None)
         check_torch_load_keywords(kwargs, str(path))
         checkpoint = self._sync_checkpoint_components(self.checkpoint)
-        result = checkpoint.load(path, map_location=map_location, strict=strict)
+        if is_checkpoint(file):
+            result = checkpoint.load(path, map_location=map_location, strict=strict)
+        else:  # a run directory: its newest checkpoint that loads
+            found = Rotation(file).load_newest(
+                lambda candidate: checkpoint.load(candidate, map_location=map_location, strict=strict))
+            assert found is not None  # _opencheckpoint_path found a checkpoint in it
+            result = found[1]
         if "policy" in result.loaded:  # as torchrl does: the collector's copies see the restored weights
             policy = checkpoint.components["policy"]
             if policy is self._checkpoint_policy():
