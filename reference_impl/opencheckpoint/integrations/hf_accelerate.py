@@ -189,6 +189,7 @@ class OpenCheckpointAccelerator(Accelerator):  # type: ignore[misc]  # accelerat
 
     Everything else is Accelerate's. ``output_dir`` / ``input_dir`` are required (see
     :func:`save_state`); DeepSpeed-style ``save_model_func_kwargs`` are refused.
+    ``safe_serialization=False`` is ignored: nothing is ever pickled.
     """
 
     def save_state(self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True,
