@@ -39,7 +39,7 @@ def test_adam_state_into_sgd_is_refused_before_anything_changes(tmp_path):
 
 
 def test_adam_state_of_an_older_torch_without_newer_group_keys_loads(tmp_path):
-    model, adam = _trained(torch.optim.Adam, lr=0.1)
+    _, adam = _trained(torch.optim.Adam, lr=0.1)
     full = adam.state_dict()
     newer = {"foreach", "fused", "decoupled_weight_decay", "differentiable", "capturable"}
     assert newer <= TORCH_DEFAULTED_GROUP_KEYS

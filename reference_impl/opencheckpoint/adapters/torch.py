@@ -490,8 +490,8 @@ def adapter_for(value: Any) -> Adapter | None:
 
 
 __all__ = [
-    "TORCH_DEFAULTED_GROUP_KEYS", "check_group_keys",
     "FRAMEWORK",
+    "TORCH_DEFAULTED_GROUP_KEYS",
     "TORCH_DTYPES",
     "TORCH_DTYPE_NAMES",
     "GeneratorAdapter",
@@ -499,6 +499,7 @@ __all__ = [
     "TorchFramework",
     "TorchStateDictAdapter",
     "adapter_for",
+    "check_group_keys",
     "numpy_to_tensor",
     "place",
     "target_device",

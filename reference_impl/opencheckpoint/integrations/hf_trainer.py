@@ -243,8 +243,8 @@ class OpenCheckpointTrainerMixin:
             groups = stored.tree("optimizer").get("param_groups")
         if not isinstance(groups, list):
             return  # not an optimizer state dict: the optimizer's own load refuses it
-        prefix = f"components.optimizer: {type(trainer.optimizer).__name__ if trainer.optimizer else _optim_name(trainer.args)}" \
-                 " (checked before restoring anything): "
+        which = type(trainer.optimizer).__name__ if trainer.optimizer else _optim_name(trainer.args)
+        prefix = f"components.optimizer: {which} (checked before restoring anything): "
         for index, group in enumerate(groups):
             if isinstance(group, dict):
                 try:
@@ -290,7 +290,7 @@ def _optimizer_groups(trainer: Any) -> list[dict[str, Any]] | None:
     try:
         cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(trainer.args, trainer.model)
         return list(cls([torch.nn.Parameter(torch.zeros(1))], **kwargs).param_groups)
-    except Exception:  # noqa: BLE001  # optimizers needing the model or a GPU (GaLore, bitsandbytes...)
+    except Exception:  # optimizers needing the model or a GPU (GaLore, bitsandbytes...)
         return None
 
 
