@@ -11,7 +11,8 @@ which is importable as ``conftest`` from pytest's ``pythonpath``, when
 default device: ``jax.device_put`` without a sharding still uses device 0.
 An ``XLA_FLAGS`` the caller set is kept, with the flag added.
 
-It also loads the ``memory://`` fixtures the remote tests share (``tests/remote/memory_fixtures.py``).
+It also loads the fixtures the remote tests share: ``memory://`` (``tests/remote/memory_fixtures.py``) and the
+moto S3 server (``tests/remote/s3_fixtures.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["memory_fixtures"]
+pytest_plugins = ["memory_fixtures", "s3_fixtures"]
 
 _DEVICES = "--xla_force_host_platform_device_count=8"
 

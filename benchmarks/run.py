@@ -33,6 +33,7 @@ from rich.console import Console  # noqa: E402  (after the path set-up above)
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 import async_blocked  # noqa: E402
+import async_remote  # noqa: E402
 import baselines  # noqa: E402
 import contention  # noqa: E402
 import ours  # noqa: E402
@@ -46,7 +47,7 @@ from report import show, write_json  # noqa: E402
 from state import make_arrays  # noqa: E402
 from targets import evaluate  # noqa: E402
 
-SECTIONS = ("baselines", "ours", "async", "peers", "tiny", "memory", "contention", "realistic")
+SECTIONS = ("baselines", "ours", "async", "async-remote", "peers", "tiny", "memory", "contention", "realistic")
 #: --quick leaves out the realistic workloads (minutes on 2 cores); --only realistic runs them anyway.
 QUICK_SECTIONS = tuple(s for s in SECTIONS if s != "realistic")
 
@@ -141,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
             if "async" in args.only:
                 with ctx.guard(async_blocked.GROUP, "section"):
                     async_blocked.run(ctx)
+                gc.collect()
+            if "async-remote" in args.only:
+                with ctx.guard(async_remote.GROUP, "section"):
+                    async_remote.run(ctx)
                 gc.collect()
             if "peers" in args.only:
                 with ctx.guard("peers", "section"):

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +55,9 @@ def _speed_ratio(found: dict[str, Result], ours: str, theirs: str) -> tuple[floa
     return b.seconds / a.seconds, f"{a.name} {a.seconds * 1e3:.1f} ms vs {b.name} {b.seconds * 1e3:.1f} ms"
 
 
-def _async_result(results: Sequence[Result], operation: str, label: str) -> Result | None:
-    return next((r for r in results if r.group == "async save" and r.name == f"{operation} ({label})"), None)
+def _async_result(results: Sequence[Result], operation: str, label: str,
+                  group: str = "async save") -> Result | None:
+    return next((r for r in results if r.group == group and r.name == f"{operation} ({label})"), None)
 
 
 def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> list[Row]:
@@ -96,6 +98,15 @@ def evaluate(results: Sequence[Result], peaks: dict[str, dict[str, Any]]) -> lis
                 rows.append(Row(f"save_async blocks <= 1.5 x {baseline} ({label}; time ratio)",
                                 blocked.seconds / copied.seconds, 1.5,
                                 higher_is_better=False,
+                                detail=f"{blocked.seconds * 1e3:.1f} ms vs {copied.seconds * 1e3:.1f} ms"))
+    remote = "async save to object stores"
+    for label in ("numpy", "torch"):
+        for store, baseline in itertools.product(("memory://", "s3 (moto)"), ("memcpy", "copy into fresh memory")):
+            blocked = _async_result(results, f"save_async blocked, {store}", label, remote)
+            copied = _async_result(results, baseline, label, remote)
+            if blocked is not None and copied is not None:
+                rows.append(Row(f"save_async to {store} blocks <= 1.5 x {baseline} ({label}; time ratio)",
+                                blocked.seconds / copied.seconds, 1.5, higher_is_better=False,
                                 detail=f"{blocked.seconds * 1e3:.1f} ms vs {copied.seconds * 1e3:.1f} ms"))
     for busy in sorted({r.group for r in results if r.group.startswith("busy neighbour")}):
         here = {r.name: r for r in results if r.group == busy}

@@ -24,7 +24,7 @@ from typing import Any, Literal, overload
 from . import loading
 from .adapters.base import Adapter, DumpLoadAdapter, resolve_adapter, stored_kind_adapter
 from .adapters.collectives import DEFAULT_TIMEOUT, load_collective, resolve_collective
-from .format.errors import UnsupportedLocation, UnsupportedValue
+from .format.errors import UnsupportedValue
 from .format.paths import check_segment
 from .format.producer import checked_metadata
 from .loading import LoadResult
@@ -222,7 +222,9 @@ class Checkpoint:
         :class:`opencheckpoint.sharding.Collective`); every rank passes the same
         arguments and saves the same components and tree structure. If a rank
         fails before it has reported, every other raises within ``timeout``
-        seconds per step and nothing is published.
+        seconds per step and nothing is published. To a URL (``s3://``) each rank
+        uploads its own shard objects and the coordinator writes ``manifest.json``
+        once every rank's are there: no file system need be shared.
         ``progress``: ``True`` (a bar on a terminal) or ``f(done_bytes, total_bytes)`` (:mod:`.progress`).
         An async save to ``path`` still in flight (:meth:`save_async`) finishes first.
         """
@@ -231,10 +233,6 @@ class Checkpoint:
                                 checkpoint_id=checkpoint_id, created_at=created_at, overwrite=overwrite,
                                 producer=producer, component_options=component_options)
         collective = resolve_collective(process_group, timeout)
-        if isinstance(location, FsPath) and collective is not None and collective.world_size > 1:
-            raise UnsupportedLocation("a collective save (several ranks) writes to a local or shared file system "
-                                      "path only, not yet to a URL: save to such a path and upload the "
-                                      "checkpoint directory, or save from one process", file=str(location))
         wait_for_target(location)
         return pipeline.save(location, request, collective=collective, progress=progress)
 

@@ -289,3 +289,39 @@ def test_an_abstract_nnx_state_is_refused(empty_dir: Path) -> None:
     with pytest.raises(CheckpointError, match="abstract ShapeDtypeStruct"):
         Checkpoint(model=abstract, durable=False).save(empty_dir / "c")
     assert os.listdir(empty_dir) == []
+
+
+#: Real tensors whose bytes take a torch operation to reach (detach, resolve_conj, resolve_neg, a bit carrier).
+UNDER_MODE_VALUES = {
+    "parameter": lambda torch: torch.nn.Parameter(torch.arange(4.0)),
+    "conjugate-view": lambda torch: torch.tensor([1 + 2j, 3 - 4j]).conj(),
+    "negative-view": lambda torch: torch.tensor([1.0, 2.0])._neg_view(),
+    "bfloat16": lambda torch: torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("route", ["directory", "archive", "save-async", "progress", "state-dict"])
+@pytest.mark.parametrize("value_name", sorted(UNDER_MODE_VALUES))
+def test_a_save_under_an_active_fake_tensor_mode_stores_the_real_tensors_bytes(
+        value_name: str, route: str, empty_dir: Path) -> None:
+    """Saving while ``FakeTensorMode`` is active (tracing tools) reads real tensors' real bytes: torch's
+    operations on them run outside the mode, instead of failing with torch's AssertionError inside it."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    value = UNDER_MODE_VALUES[value_name](torch)
+    expected = expected_values(value)
+    save, read = ROUTES[route]
+    with FakeTensorMode():
+        path = save(value, empty_dir / "c")
+    assert_same_values(expected, read(path))
+
+
+def test_a_fake_tensor_saved_under_its_mode_is_refused_and_leaves_nothing(empty_dir: Path) -> None:
+    pytest.importorskip("torch")
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(CheckpointError, match="FakeTensor"):
+        _plain(torch.empty(3), empty_dir / "c")
+    assert os.listdir(empty_dir) == []

@@ -14,7 +14,7 @@ from remote_fetches import FetchCounter
 from opencheckpoint import Checkpoint, IntegrityError, open_checkpoint, read_component, validate
 from opencheckpoint.adapters import Adapter
 from opencheckpoint.remote import FsPath
-from opencheckpoint.remote import source as remote_source
+from opencheckpoint.remote import ranges as remote_ranges
 
 pytest.importorskip("fsspec")
 
@@ -57,7 +57,7 @@ def test_validate_streams_each_data_file_once_in_ranges_of_at_most_16_mib(
 def test_validate_of_a_damaged_remote_checkpoint_reads_bounded_ranges_and_reports_what_a_local_one_does(
     mem_url: str, memfs: Any, tmp_path: Any, damage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote_source, "READ_AHEAD_BYTES", 4096)  # many ranges: extents cross their ends
+    monkeypatch.setattr(remote_ranges, "RANGE_BYTES", 4096)  # many ranges: extents cross their ends
     state = {"w": np.arange(3000, dtype=np.float32), "flags": np.array([True, False, True]), "tail": np.ones(3)}
     local = Checkpoint(m=state).save(tmp_path / "ckpt")
     remote = Checkpoint(m=state).save(f"{mem_url}/ckpt")
@@ -82,7 +82,7 @@ def test_validate_of_a_damaged_remote_checkpoint_reads_bounded_ranges_and_report
 def test_a_load_into_live_arrays_fetches_each_byte_of_data_bin_once_and_stays_verify_first(
     mem_url: str, memfs: Any, count_fetches: Callable[[Any], FetchCounter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote_source, "READ_AHEAD_BYTES", 64 << 10)
+    monkeypatch.setattr(remote_ranges, "RANGE_BYTES", 64 << 10)
     state = {"w": np.arange(100_000, dtype=np.float32), "b": np.arange(7.0)}
     saved = Checkpoint(model=state).save(f"{mem_url}/ckpt")
     key = saved.key("components/model/data.bin")
@@ -108,7 +108,7 @@ def test_a_load_into_live_arrays_fetches_each_byte_of_data_bin_once_and_stays_ve
 def test_read_component_fetches_each_byte_once_when_reads_cross_a_window(
     mem_url: str, memfs: Any, count_fetches: Callable[[Any], FetchCounter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote_source, "READ_AHEAD_BYTES", 3 * MiB)
+    monkeypatch.setattr(remote_ranges, "RANGE_BYTES", 3 * MiB)
     state = {f"w{i}": np.full(5 * MiB // 16, i, dtype=np.float64) for i in range(4)}  # 2.5 MiB each
     saved = Checkpoint(model=state).save(f"{mem_url}/ckpt")
     counter = count_fetches(memfs)
@@ -134,7 +134,7 @@ class _OnePhase(Adapter):
 def test_a_one_phase_adapters_load_reads_the_bytes_its_check_fetched(
     mem_url: str, memfs: Any, count_fetches: Callable[[Any], FetchCounter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(remote_source, "READ_AHEAD_BYTES", 64 << 10)
+    monkeypatch.setattr(remote_ranges, "RANGE_BYTES", 64 << 10)
     saved = Checkpoint().register("m", {"w": np.arange(50_000.0)}, _OnePhase()).save(f"{mem_url}/ckpt")
     live: dict[str, Any] = {}
     counter = count_fetches(memfs)

@@ -1,7 +1,7 @@
 """One rank of a gloo process group for the issue-25 tests (``test_issue25_ranks.py``), run as a subprocess.
 
 ``python restore_worker.py SCENARIO RANK WORLD PORT PATH``: ``values`` (per-rank values and their refusals, a
-save to a URL), ``rename`` (rename= into FSDP2, shard files opened per rank), ``torch-save`` and
+save to memory://), ``rename`` (rename= into FSDP2, shard files opened per rank), ``torch-save`` and
 ``torch-load-nnx`` (the FSDP2 half of the FSDP2 -> NNX -> FSDP2 round trip). What each rank found is printed.
 """
 
@@ -48,7 +48,8 @@ def outcome(rank: int, case: str, call: object) -> None:
 
 
 def values(rank: int, world: int, path: str) -> None:
-    """Differing plain values refused naming the key; PerRank stored per rank and restored to each; a URL refused."""
+    """Differing plain values refused naming the key; PerRank stored per rank and restored to each; a collective
+    save to memory:// (each process has its own) refused."""
     net, _ = sharded_model(world)
     outcome(rank, "differing", lambda: Checkpoint(model=net, extra={"plain": torch.arange(4) * (rank + 1)}).save(
         f"{path}/a", timeout=30))

@@ -1,7 +1,7 @@
 """Issue 25 on real process groups: gloo ranks (FSDP2) and a JAX mesh of 8 CPU devices, each launch bounded.
 
 * differing plain values refused on every rank naming the key; ``PerRank`` stored per rank and restored to each;
-  a collective save to a URL refused on every rank (``values``);
+  a collective save to ``memory://`` (one process's memory) refused on every rank (``values``);
 * ``rename=`` into an FSDP2 model, each rank opening only the shard files of its rows (``rename``);
 * FSDP2 (2 ranks) -> Flax NNX on a 4x2 JAX mesh -> FSDP2, bit-exact, names and transposes done by the restore
   plan inside region reads (``torch-save``, the JAX script, ``torch-load-nnx``).
@@ -53,14 +53,14 @@ def launch(scenario: str, world: int, path: Path | str) -> list[str]:
     return outputs
 
 
-def test_differing_values_are_refused_per_rank_values_restore_to_each_rank_and_urls_are_refused(
+def test_differing_values_are_refused_per_rank_values_restore_to_each_rank_and_process_memory_is_refused(
         tmp_path: Path) -> None:
     for rank, out in enumerate(launch("values", 2, tmp_path)):
         assert f"rank {rank}: differing: raised UnsupportedValue field=$.plain: " in out, out
         assert "saved the value at $.plain of components/extra differing from the coordinator's" in out
         assert f"rank {rank}: per-rank: ok" in out and f"rank {rank}: load: ok" in out, out
         assert f"rank {rank}: restored {10 + rank} {[rank] * 3}" in out, out
-        assert f"rank {rank}: url: raised UnsupportedLocation" in out and "collective save" in out, out
+        assert f"rank {rank}: url: raised UnsupportedLocation" in out and "memory of one process" in out, out
         assert "opencheckpoint-upload" not in out
     assert not (tmp_path / "a").exists()
 

@@ -5,7 +5,9 @@ as a literal (an error raised with ``rule="R-..."``, a rule table entry, a
 table of rule IDs), found with :mod:`ast`. The dispatch calls of the
 manifest walker (``found.check("R-MAN-13", ...)``) only name which rule runs
 and are not sites. Rules of a per-version rule table (:mod:`opencheckpoint.rules`)
-must have their table function as their only site. Rules not in a table yet
+must have their table function as their only site; a rule a table only
+declares (``TABLE.declare("R-...", Class)``, not a site) is checked where its
+facts are, and that one function is its site. Rules not in a table yet
 are held to the same standard, except those listed in :data:`SPREAD`, whose
 checks still sit in several functions (the list may only shrink: a listed rule
 that has become one check fails the test until it is removed from the list).
@@ -21,6 +23,8 @@ from pathlib import Path
 import opencheckpoint
 from opencheckpoint.rules.archive import ZIP
 from opencheckpoint.rules.container import CON
+from opencheckpoint.rules.ijson import IJSON
+from opencheckpoint.rules.paths import PATHS
 from opencheckpoint.rules.publication import PUB
 from opencheckpoint.rules.sharded import SHD
 from opencheckpoint.rules.tree import TREE
@@ -31,7 +35,7 @@ PACKAGE = Path(opencheckpoint.__file__).parent
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 _ID = re.compile(r"R-[A-Z]+-[0-9]+")
 #: Method names whose first argument names the rule to dispatch to (not a check of its own).
-_DISPATCH = {"check", "first", "integer", "members"}
+_DISPATCH = {"check", "first", "integer", "members", "declare"}
 #: Parts of the package that are not the reader: the conformance harness and the kit for adapter authors.
 _NOT_CHECKS = ("conformance/", "testing/")
 
@@ -152,10 +156,14 @@ def test_every_rule_id_is_checked_or_exempt_with_a_reason() -> None:
 def test_each_rule_of_a_rule_table_is_checked_by_its_table_function_only() -> None:
     sites = check_sites()
     tables = (("rules/v1.py", V1), ("rules/v2.py", V2), ("rules/sharded.py", SHD), ("rules/archive.py", ZIP),
-              ("rules/container.py", CON), ("rules/publication.py", PUB), ("rules/tree.py", TREE))
+              ("rules/container.py", CON), ("rules/publication.py", PUB), ("rules/tree.py", TREE),
+              ("rules/ijson.py", IJSON), ("rules/paths.py", PATHS))
     for module, table in tables:
         for rule_id, rule in table.rules.items():
-            assert sites[rule_id] == {f"{module}:{rule.check.__name__}"}, rule_id
+            if rule.check is None:  # declared: its raise site, outside the rule tables, is its one check
+                assert len(sites[rule_id]) == 1 and not next(iter(sites[rule_id])).startswith("rules/"), rule_id
+            else:
+                assert sites[rule_id] == {f"{module}:{rule.check.__name__}"}, rule_id
 
 
 def test_every_other_rule_has_one_check_site_unless_listed_as_spread() -> None:
@@ -169,7 +177,7 @@ def test_a_second_check_for_one_rule_is_refused() -> None:
     from opencheckpoint.format.errors import ManifestError
     from opencheckpoint.rules import RuleTable
 
-    table = RuleTable(version=0, file="x.json")
+    table = RuleTable(version=0, file="x.json", shared=False)
     table.rule("R-X-1", ManifestError)(lambda value: None)
     try:
         table.rule("R-X-1", ManifestError)(lambda value: None)

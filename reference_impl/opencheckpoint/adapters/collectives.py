@@ -52,17 +52,33 @@ def load_collective(process_group: Any, timeout: float, live: Iterable[Any]) -> 
 
     A load is collective when given a ``process_group``, or when it restores
     torch DTensors (an FSDP2 or tensor-parallel module, an optimizer of such
-    parameters) in a job of more than one process: every rank of such a model
-    loads it together, as with ``torch.distributed.checkpoint``. Any other load
-    (a plain model on one rank of a DDP job, say) stays local to its process.
+    parameters) in a job of more than one process, or JAX arrays sharded over
+    devices of several processes (live or abstract ``NamedSharding`` targets) in
+    a ``jax.distributed`` job: every rank of such a model loads it together, as
+    with ``torch.distributed.checkpoint``. Any other load (a plain model on one
+    rank of a DDP job, say) stays local to its process.
     """
     if process_group is not None:
         return resolve_collective(process_group, timeout)
-    if "torch.distributed.tensor" not in sys.modules:  # no DTensor exists in this process
-        return None
-    from .torch_dtensor import holds_dtensors_anywhere
-
-    if not any(holds_dtensors_anywhere(value) for value in live):
+    values = list(live)
+    if not (_holds_dtensors(values) or _spans_jax_processes(values)):
         return None
     collective = resolve_collective(None, timeout)
     return collective if collective is not None and collective.world_size > 1 else None
+
+
+def _holds_dtensors(values: list[Any]) -> bool:
+    if "torch.distributed.tensor" not in sys.modules:  # no DTensor exists in this process
+        return False
+    from .torch_dtensor import holds_dtensors_anywhere
+
+    return any(holds_dtensors_anywhere(value) for value in values)
+
+
+def _spans_jax_processes(values: list[Any]) -> bool:
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized() or jax.process_count() < 2:
+        return False
+    from .jax_sharding import spans_processes
+
+    return any(spans_processes(value) for value in values)

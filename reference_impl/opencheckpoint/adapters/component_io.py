@@ -20,6 +20,7 @@ from ..format.integrity import crc32c_of, file_entry, new_sha256
 from ..format.strict_json import dump_json, encode_utf8
 from ..manifest_builder import component_record
 from ..read.restore_plan import RestorePlan
+from ..rules import restated
 from ..tree.encode import small_file_entry, write_small_file, write_tree
 from .frameworks import convert_leaf
 
@@ -95,9 +96,8 @@ def encode_json(value: Any) -> bytes:
     try:
         return encode_utf8(dump_json(value) + "\n")
     except CheckpointError as exc:  # a lone surrogate: no UTF-8 file can hold it (the rule a reader checks)
-        raise UnsupportedValue(f"a string is not valid Unicode ({exc.message}): a json component holds "
-                               "Unicode text only; fix the string, or store bytes in a tree component",
-                               rule=exc.rule) from None
+        raise restated(exc, UnsupportedValue, f"a string is not valid Unicode ({exc.message}): a json component "
+                       "holds Unicode text only; fix the string, or store bytes in a tree component") from None
 
 
 def _file_entry(path: Path, *, durable: bool, sha256: bool) -> dict[str, Any]:

@@ -55,8 +55,10 @@ from ..format import frameworks as registry
 from ..format.errors import CheckpointError, IncompatibleComponent
 from ..read.casting import CastPolicy
 from ..read.restore_plan import Rename, RestorePlan, check_renames
+from ..sharding.agreement import agreement
 from ..tree.nodes import NamedTupleValue
 from . import flax_struct, jax_sharding
+from .collectives import DEFAULT_TIMEOUT, load_collective
 from .component_io import ComponentReader, ComponentWriter
 from .jax_matcher import TreeMatcher, _key_str, _matcher, _settle
 from .jax_values import FRAMEWORK, KEY_IMPLS, JaxFramework, _nnx, is_key, key_impl_name, placement, to_tree_value
@@ -251,15 +253,20 @@ def restore_nnx(
     plan = RestorePlan(rename, subtree, cast)
     matcher = TreeMatcher(map_location, plan.caster, name, verify)
     regions = map_location is None and jax_sharding.wants_regions(state)  # sharded target: each device its block
-    try:
-        with CheckpointReader(path) as reader:
-            stored = (jax_sharding.lazy_tree(reader, name) if regions
-                      else reader.read(name, framework="numpy", verify=verify))
-            pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
-            check_renames([(name, plan)])
-        _settle(matcher, strict, name)
-    except CheckpointError as exc:
-        raise exc.at(file=str(path), field=f"components.{name}") from None
+    # A state sharded over several processes: every process reads its blocks, then they agree (as Checkpoint.load)
+    with agreement(load_collective(None, DEFAULT_TIMEOUT, [state])) as passed:
+        try:
+            with CheckpointReader(path) as reader:
+                stored = (jax_sharding.lazy_tree(reader, name) if regions
+                          else reader.read(name, framework="numpy", verify=verify))
+                pure = matcher.match(nnx.to_pure_dict(state), plan.apply(stored, name))
+                check_renames([(name, plan)])
+                manifest = reader.manifest
+            _settle(matcher, strict, name)
+        except CheckpointError as exc:
+            raise exc.at(file=str(path), field=f"components.{name}") from None
+        passed({"checkpoint": [manifest.get("checkpoint_id"), manifest.get("manifest_crc32c")], "component": name,
+                "strict": strict, "verify": verify, "subtree": subtree, "rename": rename is not None})
     nnx.replace_by_pure_dict(state, pure)
     return nnx.merge(graphdef, state)
 

@@ -20,6 +20,7 @@ does not matter: 8 shards of a ``4x2`` mesh restore onto ``2x4``, onto
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Protocol
 
 import jax
@@ -106,6 +107,19 @@ def target_sharding(target: Any) -> jax.sharding.Sharding | None:
 def wants_regions(target: Any) -> bool:
     """True when some array of ``target`` (a pytree, NNX module or state) spans several devices."""
     return any(target_sharding(leaf) is not None for leaf in jax.tree_util.tree_leaves(target))
+
+
+def spans_processes(value: Any) -> bool:
+    """True when some array of ``value`` (a pytree, an NNX module or state; abstract leaves included) is sharded
+    over devices of several processes: every process of a ``jax.distributed`` job must load it together."""
+    nnx = sys.modules.get("flax.nnx")
+    if nnx is not None and isinstance(value, nnx.Module):
+        value = nnx.state(value)
+    for leaf in jax.tree_util.tree_leaves(value):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, jax.sharding.Sharding) and not sharding.is_fully_addressable:
+            return True
+    return False
 
 
 def lazy_tree(reader: Any, name: str) -> Any:

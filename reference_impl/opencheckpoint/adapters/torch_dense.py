@@ -26,7 +26,11 @@ torch's own predicates:
   is a tensor whose storage was freed (``untyped_storage().resize_(0)``).
 
 A tensor on another device (CUDA) passes the same checks, then is copied to the
-host once; the copy is checked again. Everything else raises
+host once; the copy is checked again. The few torch operations this takes run
+outside any active Python dispatch mode (:func:`outside_dispatch_modes`): a save
+called under ``FakeTensorMode`` (tracing, ``torch.compile`` tooling) reads the
+real tensors' real bytes instead of failing inside the mode, and fake tensors
+themselves are refused by type above. Everything else raises
 :class:`~opencheckpoint.format.errors.UnsupportedValue` naming what the tensor is and
 the fix. A DTensor never reaches this module on the save path: the torch adapter
 sends it to its sharded path (:mod:`.torch_dtensor`) first.
@@ -43,14 +47,17 @@ UnsupportedValue: cannot store a meta tensor: it has a shape
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..format.errors import UnsupportedValue
 from ..tree.refusals import refuse
 
-__all__ = ["COLLECTIVE_FIX", "check_dense", "dense_host_tensor"]
+__all__ = ["COLLECTIVE_FIX", "check_dense", "dense_host_tensor", "outside_dispatch_modes"]
 
 #: The collective form of a save, named by every refusal of a distributed value.
 COLLECTIVE_FIX: Final = ("call Checkpoint(...).save(path) on every rank of the process group, with the same path "
@@ -63,6 +70,28 @@ _BACKENDS: Final = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "h
                     "privateuseone": "PrivateUse1"}
 #: raw dispatch key sets already judged: one lookup per tensor on the hot path.
 _JUDGED: dict[int, str | None] = {}
+
+
+@contextmanager
+def outside_dispatch_modes() -> Iterator[None]:
+    """Run torch operations on real tensors with every active Python dispatch mode set aside.
+
+    Under ``FakeTensorMode`` even ``detach()`` of a real tensor raises torch's ``AssertionError``; the
+    bytes a save reads are a real tensor's whatever mode the caller is in, so the modes are popped for
+    the copy-free conversions and pushed back after (torch's own ``_disable_current_modes``; it exists
+    since torch 2.0, and no public equivalent does).
+
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> with FakeTensorMode():
+    ...     with outside_dispatch_modes():
+    ...         dense_host_tensor(torch.arange(2.0, requires_grad=True)).tolist()
+    [0.0, 1.0]
+    """
+    if not torch._C._len_torch_dispatch_stack():  # the common case: nothing to set aside
+        yield
+        return
+    with _disable_current_modes():
+        yield
 
 
 def dense_host_tensor(tensor: torch.Tensor) -> torch.Tensor:

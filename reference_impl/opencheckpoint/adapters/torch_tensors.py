@@ -26,7 +26,7 @@ from ..rules import required
 from ..rules.tree import TREE
 from ..tree.decode import empty_array
 from ..tree.nodes import PRNGKeyValue
-from .torch_dense import dense_host_tensor
+from .torch_dense import dense_host_tensor, outside_dispatch_modes
 
 #: torch dtype -> spec dtype name (spec Table 10-1). Types missing from this torch build are skipped.
 TORCH_DTYPE_NAMES: dict[torch.dtype, str] = {
@@ -64,14 +64,15 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     >>> a.dtype.name, a.ctypes.data == t.data_ptr()
     ('bfloat16', True)
     """
-    tensor = dense_host_tensor(tensor)  # the allowlist: raises unless its bytes are proven to be its values
-    name = dtype_name_of(tensor.dtype)
-    if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
-        return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
-    carrier = _BIT_CARRIERS.get(name)
-    if carrier is None:
-        return tensor.numpy()
-    return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+    with outside_dispatch_modes():  # a save under FakeTensorMode still reads the real tensor's bytes
+        tensor = dense_host_tensor(tensor)  # the allowlist: raises unless its bytes are proven to be its values
+        name = dtype_name_of(tensor.dtype)
+        if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
+            return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
+        carrier = _BIT_CARRIERS.get(name)
+        if carrier is None:
+            return tensor.numpy()
+        return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -164,8 +164,8 @@ def _print_issues(out: Console, errors: list[Any]) -> None:
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
+    from ..container.output_file import refused_target
     from ..format.errors import TargetExists
-    from ..tools.output_file import refused_target
     from ..tools.schema_export import export_schemas
 
     try:

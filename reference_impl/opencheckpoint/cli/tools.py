@@ -9,7 +9,6 @@ import warnings
 from typing import Any
 
 from ..format.errors import TargetExists
-from ..tools.output_file import refused_target
 
 
 def output_console() -> Any:
@@ -36,6 +35,7 @@ def _human(size: int) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from ..container.output_file import refused_target
     from ..tools.converters import ConversionWarning, convert
 
     try:
@@ -53,6 +53,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..container.output_file import refused_target
     from ..tools.converters import export
 
     try:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..container.output_file import check_output_file, refused_target, write_output_file
 from ..format.errors import TargetExists
-from ..tools.output_file import check_output_file, refused_target, write_output_file
 from .canonical import first_difference, is_complete, render_checkpoint, writer_view
 from .models import OPT_IN, READER_ONLY, CapabilitiesModel, CaseModel
 from .report import Outcome as Outcome

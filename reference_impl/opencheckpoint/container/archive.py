@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from ..format.errors import ArchiveError, CheckpointError
+from ..format.errors import CheckpointError
 from ..format.manifest import MANIFEST_NAME
 from ..format.paths import MEMBER_NAME, path_grammar_error, path_limit_error
 from ..rules import raise_if, required
@@ -83,8 +83,8 @@ class ArchiveSource(Source):
         raise_if(CON.check("R-CON-1", None, "archive", "file" if found else "absent", file=str(self.path)))
         last = self._entries[-1]
         if last.raw_name != MANIFEST_NAME.encode("ascii"):
-            raise ArchiveError("manifest.json must be the last central directory entry", file=MANIFEST_NAME,
-                               field=last.where("file name"), rule="R-ZIP-21")
+            raise ZIP.error("R-ZIP-21", "manifest.json must be the last central directory entry", file=MANIFEST_NAME,
+                            field=last.where("file name"))
         # The manifest's bytes are read before step 10, so its own member rules are checked now.
         error = self._member_error(last)
         if error is not None:
@@ -105,8 +105,8 @@ class ArchiveSource(Source):
         for member in self._entries:
             name = member.name
             if name.endswith("/"):
-                errors.append(ArchiveError("directory entries are not allowed", file=name,
-                                           field=member.where("file name"), rule="R-ZIP-10"))
+                errors.append(ZIP.error("R-ZIP-10", "directory entries are not allowed", file=name,
+                                        field=member.where("file name")))
                 rejected.append(name)
                 continue
             bad_name = path_limit_error(name) or path_grammar_error(name, MEMBER_NAME)
@@ -116,8 +116,8 @@ class ArchiveSource(Source):
                 rejected.append(name)
                 continue
             if member.raw_name in seen:
-                errors.append(ArchiveError("duplicate member name", file=name, field=member.where("file name"),
-                                           rule="R-ZIP-11"))
+                errors.append(ZIP.error("R-ZIP-11", "duplicate member name", file=name,
+                                        field=member.where("file name")))
                 continue
             seen.add(member.raw_name)
             error = self._member_error(member)
@@ -133,10 +133,9 @@ class ArchiveSource(Source):
             files[name] = member.size
             self._members[name] = member
         if not errors and expected_header != self._cd_offset:
-            errors.append(ArchiveError(f"the central directory starts at {self._cd_offset}, not right after the "
-                                       f"last member's data ({expected_header})", file=str(self.path),
-                                       field="end of central directory record: central directory offset",
-                                       rule="R-ZIP-20"))
+            errors.append(ZIP.error("R-ZIP-20", f"the central directory starts at {self._cd_offset}, not right after "
+                                    f"the last member's data ({expected_header})", file=str(self.path),
+                                    field="end of central directory record: central directory offset"))
         self._checked = True
         return files, errors, rejected
 

@@ -129,6 +129,11 @@ class Source(abc.ABC):
         """
         return None
 
+    def private_range(self, rel: str, size: int, offset: int, nbytes: int) -> memoryview | None:
+        """Bytes ``[offset, offset + nbytes)`` of a file (``size`` bytes) in memory of their own, where the form
+        reads by byte range (remote: a shard's extent fetched alone); None where readers view a map instead."""
+        return None
+
     def lazy_data(self, rel: str, size: int) -> memoryview | FileRegion:
         """What lazy arrays read from: a map (local forms), or a region read by byte range (remote)."""
         return self.map_file(rel, size)
@@ -165,6 +170,10 @@ class FileRegion:
     """
 
     __slots__ = ("fd", "base", "size", "rel", "_owns_fd")
+
+    #: Whether each read is a network request (a remote region): then an array is read with one call, which
+    #: the region cuts into bounded concurrent requests, rather than chunk by chunk.
+    ranged = False
 
     def __init__(self, fd: int, base: int, size: int, rel: str, *, owns_fd: bool) -> None:
         self.fd = fd
@@ -210,10 +219,10 @@ class FileRegion:
         self.close()
 
 
-def gone_while_reading(rel: str, how: str) -> ConcurrentModification:
+def gone_while_reading(rel: str, how: str) -> CheckpointError:
     """R-RDR-14: a file present when the checkpoint was opened is gone: another process replaced or deleted it."""
-    return ConcurrentModification(f"the file was present when the checkpoint was opened and is gone now: {how}",
-                                  file=rel, rule="R-RDR-14")
+    return CON.error("R-RDR-14", f"the file was present when the checkpoint was opened and is gone now: {how}",
+                     file=rel)
 
 
 def size_mismatch(rel: str, actual: int, size: int) -> IntegrityError:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from ..format.errors import ArchiveError, CheckpointError, LimitExceeded, NotACheckpoint, UnsafePath
+from ..format.errors import ArchiveError, CheckpointError
 from ..format.limits import ALIGNMENT, ARCHIVE_MAX_MEMBERS
 from ..rules import raise_if
 from ..rules.archive import ZIP
@@ -77,7 +77,7 @@ def _extra_fields(extra: bytes) -> dict[int, bytes]:
     return fields
 
 
-def _extra_framing_error(extra: bytes, file: str, where: str) -> ArchiveError | None:
+def _extra_framing_error(extra: bytes, file: str, where: str) -> CheckpointError | None:
     """R-ZIP-25: the area is whole records (2-byte id, 2-byte size n, n bytes) that fill it exactly.
 
     >>> _extra_framing_error(bytes(4), "a", "x") is None
@@ -88,14 +88,12 @@ def _extra_framing_error(extra: bytes, file: str, where: str) -> ArchiveError | 
     position = 0
     while position < len(extra):
         if len(extra) - position < 4:
-            return ArchiveError(f"the extra field area ends with {len(extra) - position} bytes that are not a "
-                                f"whole record (at byte {position} of {len(extra)})", file=file, field=where,
-                                rule="R-ZIP-25")
+            return ZIP.error("R-ZIP-25", f"the extra field area ends with {len(extra) - position} bytes that are not a "
+                             f"whole record (at byte {position} of {len(extra)})", file=file, field=where)
         header_id, length = struct.unpack_from("<HH", extra, position)
         if position + 4 + length > len(extra):
-            return ArchiveError(f"extra field record {header_id:#06x} at byte {position} declares {length} bytes, "
-                                f"running past the {len(extra)}-byte area", file=file, field=where,
-                                rule="R-ZIP-25")
+            return ZIP.error("R-ZIP-25", f"extra field record {header_id:#06x} at byte {position} declares {length} "
+                             f"bytes, running past the {len(extra)}-byte area", file=file, field=where)
         position += 4 + length
     return None
 
@@ -149,16 +147,16 @@ class EndRecord:
     cd_end: int
 
 
-def end_records_gap(why: str, field: str, where: str) -> ArchiveError:
+def end_records_gap(why: str, field: str, where: str) -> CheckpointError:
     """R-ZIP-24: the end records follow the central directory, and each other, without gaps."""
-    return ArchiveError(why, file=where, field=field, rule="R-ZIP-24")
+    return ZIP.error("R-ZIP-24", why, file=where, field=field)
 
 
 def check_start(pread: Pread, where: str) -> None:
     """R-ZIP-1: the file begins with a local file header signature."""
     if pread(0, 4) != LOCAL_SIGNATURE:
-        raise NotACheckpoint("not a directory and does not begin with a ZIP local file header "
-                             "(50 4b 03 04)", file=where, field="offset 0: signature", rule="R-ZIP-1")
+        raise ZIP.error("R-ZIP-1", "not a directory and does not begin with a ZIP local file header "
+                        "(50 4b 03 04)", file=where, field="offset 0: signature")
 
 
 def read_end_record(pread: Pread, size: int, where: str) -> EndRecord:
@@ -208,8 +206,8 @@ def check_end_record(end: EndRecord, where: str) -> None:
     raise_if(ZIP.check("R-ZIP-3", "end of central directory record: disk", "end of central directory record",
                        end.disk, end.cd_disk, file=where))
     if end.count_total > ARCHIVE_MAX_MEMBERS:
-        raise LimitExceeded(f"{end.count_total} central directory entries, limit {ARCHIVE_MAX_MEMBERS}",
-                            file=where, field="end of central directory record: total entries", rule="R-LIM-17")
+        raise ZIP.error("R-LIM-17", f"{end.count_total} central directory entries, limit {ARCHIVE_MAX_MEMBERS}",
+                        file=where, field="end of central directory record: total entries")
     raise_if(ZIP.check("R-ZIP-4", _ENTRIES, end.count_disk, end.count_total, 0, False, file=where))
     if end.cd_offset + end.cd_size != end.cd_end:
         raise end_records_gap(f"the central directory [{end.cd_offset}, {end.cd_offset + end.cd_size}) does not "
@@ -259,20 +257,18 @@ def read_central_entry(directory: bytes, position: int, index: int, where: str) 
     return member, end
 
 
-def stored_error(method: int, name: str, field: str) -> ArchiveError | None:
+def stored_error(method: int, name: str, field: str) -> CheckpointError | None:
     """R-ZIP-5: a member is STORED (compression method 0), in its central entry and its local header."""
     if method == 0:
         return None
-    return ArchiveError(f"compression method {method}; members are STORED (0)", file=name, field=field,
-                        rule="R-ZIP-5")
+    return ZIP.error("R-ZIP-5", f"compression method {method}; members are STORED (0)", file=name, field=field)
 
 
-def unicode_path_error(extra: bytes, name: str, field: str) -> ArchiveError | None:
+def unicode_path_error(extra: bytes, name: str, field: str) -> CheckpointError | None:
     """R-ZIP-16: no Info-ZIP Unicode Path extra field, in the central entry or the local header."""
     if _UNICODE_PATH_EXTRA not in _extra_fields(extra):
         return None
-    return ArchiveError("Info-ZIP Unicode Path extra field (0x7075) is not allowed", file=name, field=field,
-                        rule="R-ZIP-16")
+    return ZIP.error("R-ZIP-16", "Info-ZIP Unicode Path extra field (0x7075) is not allowed", file=name, field=field)
 
 
 def central_entry_error(member: Member) -> CheckpointError | None:
@@ -282,18 +278,18 @@ def central_entry_error(member: Member) -> CheckpointError | None:
     if error is not None:
         return error
     if member.csize != member.size:
-        return ArchiveError(f"compressed size {member.csize} differs from size {member.size}", file=name,
-                            field=member.where("compressed size"), rule="R-ZIP-6")
+        return ZIP.error("R-ZIP-6", f"compressed size {member.csize} differs from size {member.size}", file=name,
+                         field=member.where("compressed size"))
     for bit, rule, what in _FORBIDDEN_FLAGS:
         if member.flags & bit:
-            return ArchiveError(f"general purpose bit {what} is set", file=name,
-                                field=member.where("general purpose flags"), rule=rule)
+            return ZIP.error(rule, f"general purpose bit {what} is set", file=name,
+                             field=member.where("general purpose flags"))
     error = unicode_path_error(member.extra, name, member.where("extra field 0x7075"))
     if error is not None:
         return error
     if member.made_by >> 8 == 3 and (member.external >> 28) not in (0, 8):
-        return UnsafePath(f"UNIX file type {member.external >> 28:#x} is not a regular file", file=name,
-                          field=member.where("external attributes"), rule="R-ZIP-17")
+        return ZIP.error("R-ZIP-17", f"UNIX file type {member.external >> 28:#x} is not a regular file", file=name,
+                         field=member.where("external attributes"))
     return None
 
 
@@ -317,8 +313,8 @@ def local_header_error(member: Member, pread: Pread, cd_offset: int) -> Checkpoi
         return error
     data = member.header + LOCAL.size + name_len + extra_len
     if data % ALIGNMENT:
-        return ArchiveError(f"member data starts at {data}, not a multiple of {ALIGNMENT}", file=name,
-                            field=f"{where}: data offset", rule="R-ZIP-18")
+        return ZIP.error("R-ZIP-18", f"member data starts at {data}, not a multiple of {ALIGNMENT}", file=name,
+                         field=f"{where}: data offset")
     # R-ZIP-25 is in the same group of step 10 as the rules above (their order is free): checked
     # after R-ZIP-18 so raw bytes appended to misalign the data still report the misalignment.
     framing = _extra_framing_error(local_extra, name, f"{where}: extra field")
@@ -342,19 +338,19 @@ def _local_fields_error(member: Member, where: str, fields: tuple[int, int, int,
         return error
     for bit, rule, what in _FORBIDDEN_FLAGS:
         if flags & bit:
-            return ArchiveError(f"general purpose bit {what} is set", file=name,
-                                field=f"{where}: general purpose flags", rule=rule)
+            return ZIP.error(rule, f"general purpose bit {what} is set", file=name,
+                             field=f"{where}: general purpose flags")
     if local_name != member.raw_name:
-        return ArchiveError("local header name differs from the central directory entry's", file=name,
-                            field=f"{where}: file name", rule="R-ZIP-12")
+        return ZIP.error("R-ZIP-12", "local header name differs from the central directory entry's", file=name,
+                         field=f"{where}: file name")
     if crc != member.crc:
-        return ArchiveError("local header CRC-32 differs from the central directory entry's", file=name,
-                            field=f"{where}: crc-32", rule="R-ZIP-13")
+        return ZIP.error("R-ZIP-13", "local header CRC-32 differs from the central directory entry's", file=name,
+                         field=f"{where}: crc-32")
     try:
         sizes = _local_zip64_sizes(local_extra, usize, csize, f"{where}: ZIP64 extra field", name)
     except ArchiveError as exc:
         return exc
     if (sizes["uncompressed size"], sizes["compressed size"]) != (member.size, member.csize):
-        return ArchiveError("local header sizes differ from the central directory entry's", file=name,
-                            field=f"{where}: sizes", rule="R-ZIP-14")
+        return ZIP.error("R-ZIP-14", "local header sizes differ from the central directory entry's", file=name,
+                         field=f"{where}: sizes")
     return unicode_path_error(local_extra, name, f"{where}: extra field 0x7075")

@@ -44,11 +44,6 @@ from ..rules.v1 import timestamp_error as timestamp_error
 from ..rules.v2 import V2
 from .errors import (
     CheckpointError,
-    IntegrityError,
-    ManifestError,
-    NotACheckpoint,
-    UnsafePath,
-    UnsupportedExtension,
 )
 from .integrity import crc32c_of, format_crc32c
 from .limits import MAX_FILES
@@ -126,24 +121,24 @@ def field_of(*parts: str) -> str:
 def identify(raw: Any, chain: MigrationChainRunner = DEFAULT_CHAIN) -> int:
     """R-MAN-8, R-MAN-9, then R-MAN-10, R-VER-3 and R-SHD-12; return the written format version."""
     if not isinstance(raw, dict):
-        raise NotACheckpoint(f"the top-level JSON value is a {type(raw).__name__}, not an object",
-                             file=MANIFEST_NAME, field="$", rule="R-MAN-8")
+        raise V1.error("R-MAN-8", f"the top-level JSON value is a {type(raw).__name__}, not an object",
+                       file=MANIFEST_NAME, field="$")
     if raw.get("format") != FORMAT_NAME:
         shown = repr(raw["format"])[:60] if "format" in raw else "missing"
         # torchrl's Checkpoint has a manifest.json of its own: name it and the way to convert it
         foreign = (" (a torchrl Checkpoint: `opencheckpoint convert SRC DST` converts it)"
                    if raw.get("format") == "torchrl.checkpoint" else "")
-        raise NotACheckpoint(f"member 'format' is {shown}, expected {FORMAT_NAME!r}{foreign}",
-                             file=MANIFEST_NAME, field="$.format", rule="R-MAN-9")
+        raise V1.error("R-MAN-9", f"member 'format' is {shown}, expected {FORMAT_NAME!r}{foreign}",
+                       file=MANIFEST_NAME, field="$.format")
     if "format_version" not in raw:
-        raise ManifestError("required member 'format_version' is missing", file=MANIFEST_NAME,
-                            field="$.format_version", rule="R-MAN-10")
+        raise V1.error("R-MAN-10", "required member 'format_version' is missing", file=MANIFEST_NAME,
+                       field="$.format_version")
     version = raw["format_version"]
     # R-MAN-10 is a rule of format version 1; a chain that migrates a (hypothetical) older draft
     # reads that draft by its own rules, so only versions below the chain's oldest are rejected here.
     if type(version) is not int or version < min(1, chain.oldest_version):
-        raise ManifestError(f"format_version {version!r} is not an integer >= 1"[:120], file=MANIFEST_NAME,
-                            field="$.format_version", rule="R-MAN-10")
+        raise V1.error("R-MAN-10", f"format_version {version!r} is not an integer >= 1"[:120], file=MANIFEST_NAME,
+                       field="$.format_version")
     chain.steps_from(version)  # R-VER-3: newer than this reader
     error = V2.check("R-SHD-12", "$.format_version", version, raw.get("components"))
     if error is not None:  # a version 2 label on content without sharded arrays: a version problem, found first
@@ -160,19 +155,19 @@ def verify_manifest_checksum(data: bytes) -> None:
         shape = _SUFFIX_SHAPE.fullmatch(tail)
         why = ("the checksum is not 8 lowercase hex digits" if shape else
                'the file does not end with \'"manifest_crc32c": "<8 hex digits>"\\n}\\n\'')
-        raise ManifestError(why, file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-1")
+        raise V1.error("R-CHK-1", why, file=MANIFEST_NAME, field="$.manifest_crc32c")
     head = memoryview(data)[: len(data) - SUFFIX_LENGTH]
     position = len(head) - 1
     while position >= 0 and head[position] in _WHITESPACE:
         position -= 1
     if position < 0 or head[position] != ord(","):
-        raise ManifestError("the bytes before the checksum suffix do not end with ',' and whitespace",
-                            file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-2")
+        raise V1.error("R-CHK-2", "the bytes before the checksum suffix do not end with ',' and whitespace",
+                       file=MANIFEST_NAME, field="$.manifest_crc32c")
     stored = match.group(1).decode("ascii")
     computed = format_crc32c(crc32c_of(head))
     if stored != computed:
-        raise IntegrityError(f"manifest crc32c mismatch: stored {stored}, computed {computed}",
-                             file=MANIFEST_NAME, field="$.manifest_crc32c", rule="R-CHK-3")
+        raise V1.error("R-CHK-3", f"manifest crc32c mismatch: stored {stored}, computed {computed}",
+                       file=MANIFEST_NAME, field="$.manifest_crc32c")
 
 
 # -- step 7 -----------------------------------------------------------------------------------
@@ -365,20 +360,19 @@ def path_errors(raw: dict[str, Any]) -> list[CheckpointError]:
         where = field_of("components", name, "path")
         key = ascii_fold(record["path"])
         if key == MANIFEST_NAME:
-            errors.append(UnsafePath("a component path may not be 'manifest.json'", file=MANIFEST_NAME,
-                                     field=where, rule="R-CMP-8"))
+            errors.append(V1.error("R-CMP-8", "a component path may not be 'manifest.json'", file=MANIFEST_NAME,
+                                   field=where))
         if key in folded:
-            errors.append(UnsafePath(f"component path {record['path']!r} equals that of {folded[key]!r} after "
-                                     "ASCII case folding", file=MANIFEST_NAME, field=where, rule="R-CMP-6"))
+            errors.append(V1.error("R-CMP-6", f"component path {record['path']!r} equals that of {folded[key]!r} after "
+                                   "ASCII case folding", file=MANIFEST_NAME, field=where))
         folded.setdefault(key, name)
     for name, record in components.items():
         parts = ascii_fold(record["path"]).split("/")
         for depth in range(1, len(parts)):
             other = folded.get("/".join(parts[:depth]))
             if other is not None:
-                errors.append(UnsafePath(f"component path {record['path']!r} is inside component {other!r}'s "
-                                         "path", file=MANIFEST_NAME, field=field_of("components", name, "path"),
-                                         rule="R-CMP-7"))
+                errors.append(V1.error("R-CMP-7", f"component path {record['path']!r} is inside component {other!r}'s "
+                                       "path", file=MANIFEST_NAME, field=field_of("components", name, "path")))
                 break
     for conflict in conflict_errors([MANIFEST_NAME] + [path for path, _, _ in full_paths]):
         errors.append(_at(conflict, "$.components"))
@@ -445,8 +439,8 @@ def parse_manifest(
     manifest = typed_view(migrated)
     for name, extension in manifest.extensions.items():
         if extension.must_understand and not understands(name, extension.version, understood_extensions):
-            raise UnsupportedExtension(
+            raise V1.error("R-EXT-7",
                 f"extension {name!r} (version {extension.version}) is declared must_understand and this "
                 "reader does not implement it",
-                file=MANIFEST_NAME, field=field_of("extensions", name), rule="R-EXT-7")
+                file=MANIFEST_NAME, field=field_of("extensions", name))
     return ParsedManifest(manifest=manifest, raw=migrated, written_version=written_version, size=len(data))

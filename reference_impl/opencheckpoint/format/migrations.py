@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UnsupportedVersion
+from ..rules.v1 import V1
 from .models import NEWEST_FORMAT_VERSION, MigrationChain, MigrationStepDeclaration
 
 ManifestStep = Callable[[dict[str, Any]], dict[str, Any]]
@@ -85,22 +85,22 @@ class MigrationChainRunner:
     def steps_from(self, version: object) -> list[MigrationStep]:
         """The steps that bring ``version`` to the current version (empty when current)."""
         if not isinstance(version, int) or isinstance(version, bool):
-            raise UnsupportedVersion(
+            raise V1.error("R-VER-2",
                 f"format_version {version!r} is not an integer", file="manifest.json",
-                field="$.format_version", rule="R-VER-2",
+                field="$.format_version",
             )
         if version > self.current_version:
-            raise UnsupportedVersion(
+            raise V1.error("R-VER-3",
                 f"checkpoint format_version {version} is newer than the highest this reader supports "
                 f"({self.current_version}; it reads format versions {self.oldest_version} to "
                 f"{self.current_version}); upgrade opencheckpoint",
-                file="manifest.json", field="$.format_version", rule="R-VER-3",
+                file="manifest.json", field="$.format_version",
             )
         if version < self.oldest_version:
-            raise UnsupportedVersion(
+            raise V1.error("R-VER-4",
                 f"checkpoint format_version {version} is older than the oldest this reader migrates "
                 f"({self.oldest_version}; highest supported {self.current_version})",
-                file="manifest.json", field="$.format_version", rule="R-VER-4",
+                file="manifest.json", field="$.format_version",
             )
         return self.steps[version - self.oldest_version :]
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .errors import CheckpointError, LimitExceeded, UnsafePath
+from ..rules.paths import PATHS
+from .errors import CheckpointError
 from .limits import PATH_MAX_BYTES, SEGMENT_MAX_BYTES
 
 SEGMENT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
@@ -42,7 +43,7 @@ def _byte_length(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def path_limit_error(path: object) -> LimitExceeded | None:
+def path_limit_error(path: object) -> CheckpointError | None:
     """R-LIM-7 / R-LIM-8 for one path (``None`` when within the limits or not a string)."""
     if not isinstance(path, str):
         return None
@@ -50,28 +51,28 @@ def path_limit_error(path: object) -> LimitExceeded | None:
         return None
     size = _byte_length(path)
     if size > PATH_MAX_BYTES:
-        return LimitExceeded(f"path is {size} bytes, limit {PATH_MAX_BYTES}", rule="R-LIM-7")
+        return PATHS.error("R-LIM-7", f"path is {size} bytes, limit {PATH_MAX_BYTES}")
     for segment in path.split("/"):
         size = _byte_length(segment)
         if size > SEGMENT_MAX_BYTES:
-            return LimitExceeded(f"a path segment is {size} bytes, limit {SEGMENT_MAX_BYTES}", rule="R-LIM-8")
+            return PATHS.error("R-LIM-8", f"a path segment is {size} bytes, limit {SEGMENT_MAX_BYTES}")
     return None
 
 
-def path_grammar_error(path: object, requirement: str) -> UnsafePath | None:
+def path_grammar_error(path: object, requirement: str) -> CheckpointError | None:
     """The segment grammar for one path, reported under ``requirement`` (R-PATH-1, -2 or -5)."""
     if not isinstance(path, str):
-        return UnsafePath(f"path {path!r} is not a string", rule=requirement)
+        return PATHS.error(requirement, f"path {path!r} is not a string")
     for segment in path.split("/"):
         if not _SEGMENT.fullmatch(segment):
-            return UnsafePath(f"path segment {segment!r} does not match {SEGMENT_PATTERN}", rule=requirement)
+            return PATHS.error(requirement, f"path segment {segment!r} does not match {SEGMENT_PATTERN}")
     return None
 
 
 def check_segment(segment: str) -> str:
     """Raise :class:`UnsafePath` unless ``segment`` is one allowed path segment (or component name)."""
     if isinstance(segment, str) and "/" in segment:  # more than one segment
-        raise UnsafePath(f"name {segment!r} does not match {SEGMENT_PATTERN}", rule=COMPONENT_PATH)
+        raise PATHS.error(COMPONENT_PATH, f"name {segment!r} does not match {SEGMENT_PATTERN}")
     error = path_grammar_error(segment, COMPONENT_PATH)
     if error is not None:
         raise error
@@ -86,15 +87,15 @@ def check_relative_path(path: str, requirement: str = COMPONENT_PATH) -> str:
     return path
 
 
-def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
+def conflict_errors(paths: Iterable[str]) -> list[CheckpointError]:
     """R-PATH-3 (equal after ASCII case folding) and R-PATH-4 (a file is also a directory prefix)."""
-    errors: list[UnsafePath] = []
+    errors: list[CheckpointError] = []
     folded: dict[str, str] = {}
     for path in paths:
         key = ascii_fold(path)
         if key in folded:
-            errors.append(UnsafePath(f"paths {folded[key]!r} and {path!r} are equal after ASCII case folding",
-                                     rule="R-PATH-3"))
+            errors.append(PATHS.error("R-PATH-3",
+                                      f"paths {folded[key]!r} and {path!r} are equal after ASCII case folding"))
             continue
         folded[key] = path
     for key, path in folded.items():
@@ -102,7 +103,6 @@ def conflict_errors(paths: Iterable[str]) -> list[UnsafePath]:
         for depth in range(1, len(parts)):
             prefix = "/".join(parts[:depth])
             if prefix in folded:
-                errors.append(UnsafePath(f"{folded[prefix]!r} is a file and also a directory of {path!r}",
-                                         rule="R-PATH-4"))
+                errors.append(PATHS.error("R-PATH-4", f"{folded[prefix]!r} is a file and also a directory of {path!r}"))
                 break
     return errors

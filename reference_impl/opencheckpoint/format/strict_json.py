@@ -26,7 +26,8 @@ import json
 import math
 from typing import Any
 
-from .errors import CheckpointError, LimitExceeded, ManifestError
+from ..rules.ijson import IJSON
+from .errors import CheckpointError
 from .limits import JSON_MAX_DEPTH, JSON_MAX_SAFE_INT
 
 #: Longest decimal integer token that can be within R-LIM-4 ("-" excluded): 9007199254740991.
@@ -43,14 +44,14 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _Reject(ManifestError(f"duplicate member name {key!r}", rule="R-MAN-4"))
+            raise _Reject(IJSON.error("R-MAN-4", f"duplicate member name {key!r}"))
         result[key] = value
     return result
 
 
-def _not_json(why: str) -> ManifestError:
+def _not_json(why: str) -> CheckpointError:
     """R-MAN-3: the text is not JSON by RFC 8259 (a syntax error, or a token Python's parser would accept)."""
-    return ManifestError(why, rule="R-MAN-3")
+    return IJSON.error("R-MAN-3", why)
 
 
 def _constant(name: str) -> Any:
@@ -61,7 +62,7 @@ def _integer(text: str) -> int:
     # Length first: int() of a huge token is slow (and Python caps it at 4300 digits).
     if len(text.lstrip("-").lstrip("0")) > _MAX_INT_DIGITS or abs(int(text)) > JSON_MAX_SAFE_INT:
         shown = text if len(text) <= 40 else text[:20] + "..."
-        raise _Reject(LimitExceeded(f"integer {shown} is outside +-(2**53-1)", rule="R-LIM-4"))
+        raise _Reject(IJSON.error("R-LIM-4", f"integer {shown} is outside +-(2**53-1)"))
     return int(text)
 
 
@@ -69,12 +70,12 @@ def _float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         shown = text if len(text) <= 40 else text[:20] + "..."
-        raise _Reject(ManifestError(f"number {shown} does not round to a finite binary64", rule="R-MAN-6"))
+        raise _Reject(IJSON.error("R-MAN-6", f"number {shown} does not round to a finite binary64"))
     return value
 
 
-def _too_deep() -> LimitExceeded:
-    return LimitExceeded(f"JSON nesting deeper than {JSON_MAX_DEPTH}", rule="R-LIM-3")
+def _too_deep() -> CheckpointError:
+    return IJSON.error("R-LIM-3", f"JSON nesting deeper than {JSON_MAX_DEPTH}")
 
 
 def _walk(value: Any) -> None:
@@ -105,17 +106,16 @@ def encode_utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ManifestError("a string holds an escaped surrogate that is not part of a pair",
-                            rule="R-MAN-5") from None
+        raise IJSON.error("R-MAN-5", "a string holds an escaped surrogate that is not part of a pair") from None
 
 
 def _parse(data: bytes) -> Any:
     if data[:3] == b"\xef\xbb\xbf":
-        raise ManifestError("starts with a byte order mark", rule="R-MAN-2")
+        raise IJSON.error("R-MAN-2", "starts with a byte order mark")
     try:
         text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"not UTF-8 ({exc.reason} at byte {exc.start})", rule="R-MAN-1") from None
+        raise IJSON.error("R-MAN-1", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_integer,
                            parse_float=_float)
@@ -138,8 +138,7 @@ def parse_ijson(data: bytes, *, file: str, document: str = "manifest") -> Any:
         return _parse(data)
     except CheckpointError as exc:
         if document == "value" and exc.rule and exc.rule.startswith("R-MAN-"):
-            exc.message = f"{exc.message} (value.json must satisfy {exc.rule})"
-            exc.rule = "R-CMP-18"
+            exc = IJSON.error("R-CMP-18", f"{exc.message} (value.json must satisfy {exc.rule})")
         raise exc.at(file=file, field="$") from None
 
 

@@ -24,8 +24,9 @@ import numpy as np
 
 from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
-from ..format.errors import ArrayLayoutError, IntegrityError
+from ..format.errors import CheckpointError
 from ..format.integrity import format_crc32c
+from ..rules.tree import TREE
 from ..tree.nodes import ArrayRef
 
 _crc32c = _crc32c_module.crc32c
@@ -55,15 +56,14 @@ def cached_dtype(name: str) -> np.dtype:
 def check_crc(crc: int, ref: ArrayRef, file: str) -> None:
     """R-ARR-14: the CRC-32C of an array's bytes equals its node's."""
     if crc != ref.crc32c:
-        raise IntegrityError(
+        raise TREE.error("R-ARR-14",
             f"array crc32c mismatch: stored {format_crc32c(ref.crc32c)}, computed {format_crc32c(crc)}",
-            file=file, field=ref.path, rule="R-ARR-14")
+            file=file, field=ref.path)
 
 
-def bool_error(ref: ArrayRef, file: str) -> ArrayLayoutError:
+def bool_error(ref: ArrayRef, file: str) -> CheckpointError:
     """R-ARR-13: a bool array holds only the bytes 00 and 01."""
-    return ArrayLayoutError("a bool array holds a byte other than 00 or 01", file=file, field=ref.path,
-                            rule="R-ARR-13")
+    return TREE.error("R-ARR-13", "a bool array holds a byte other than 00 or 01", file=file, field=ref.path)
 
 
 def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify: bool,

@@ -19,6 +19,7 @@ from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError
 from ..format.integrity import CHUNK_BYTES
+from ..rules import restated
 from ..tree.decode import empty_array
 from ..tree.gc_pause import paused_gc
 from ..tree.nodes import ArrayRef
@@ -37,8 +38,9 @@ def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, fi
     """Read one array's bytes straight into ``target`` (C-contiguous, writeable, ``ref.nbytes`` bytes).
 
     One pass: each chunk is read into its place in ``target`` and checksummed
-    right after, while it is still in cache. Nothing is mapped, so the
-    process's memory grows by ``target`` only. On a checksum error ``target``
+    right after, while it is still in cache (a remote region is read with
+    one call instead: it fetches the range in bounded pieces, several at a
+    time). Nothing is mapped, so the process's memory grows by ``target`` only. On a checksum error ``target``
     holds the unverified bytes; the error is raised after the last chunk.
     """
     if not ref.nbytes:
@@ -47,6 +49,12 @@ def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, fi
     # (its format has no struct code). ndarray.data is memoryview(array), typed as one on Python 3.11.
     flat = target.reshape(-1).view(np.uint8).data
     crc = 0
+    if region.ranged:  # remote: one call, fetched in bounded concurrent pieces; checked before it is handed out
+        region.readinto(flat, ref.offset)
+        if verify:
+            _check_crc(_crc32c(flat), ref, file)
+            _check_bool(target, ref, file)
+        return
     for start in range(0, ref.nbytes, CHUNK_BYTES):
         piece = flat[start : start + CHUNK_BYTES]
         region.readinto(piece, ref.offset + start)
@@ -210,10 +218,11 @@ def fill_targets(region: FileRegion, deferred: list[tuple[ArrayRef, np.ndarray]]
         try:
             read_verified_into(region, ref, target, file, verify=verify)
         except IntegrityError as exc:
-            raise ConcurrentModification(
+            raise restated(
+                exc, ConcurrentModification,
                 f"{ref.path}: the bytes verified before the restore changed while they were copied in ({exc.message}); "
                 "another process modified the checkpoint in place: live arrays filled from it are partly "
-                "updated, load again", file=file, rule=exc.rule) from None
+                "updated, load again", file=file) from None
 
 
 #: Size of the buffer :class:`ScratchVerifier` reads through.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..container.base import Source, check_locatable, identity, old_candidates, writers_at
 from ..container.opener import open_source
-from ..format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
+from ..format.errors import CheckpointError, ConcurrentModification
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
 from ..rules import raise_if, required
 from ..rules.container import CON
@@ -132,9 +132,9 @@ def _open_consistent(
                 issues.extend(found)
             raise error
         if attempt:
-            raise ConcurrentModification(
+            raise CON.error("R-RDR-13",
                 f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
-                f"row; the last attempt failed with {error}", file=str(target), rule="R-RDR-13") from None
+                f"row; the last attempt failed with {error}", file=str(target)) from None
     raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
 
 
@@ -202,6 +202,5 @@ def _open_fallback(
         writers = writers_at(target)
         hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
         raise required(CON.check("R-PUB-10", None, False, f"no such file or directory{hint}", file=str(target)))
-    raise NotACheckpoint(f"the path does not exist and {len(opened)} of {len(candidates)} "
-                         f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target),
-                         rule="R-PUB-14")
+    raise CON.error("R-PUB-14", f"the path does not exist and {len(opened)} of {len(candidates)} "
+                    f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target))

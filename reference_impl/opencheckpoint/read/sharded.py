@@ -2,7 +2,9 @@
 
 A region read takes, for every distinct shard region that overlaps the region
 asked for, the first of its replicas, copies that shard's whole extent out of
-the memory map and checks the copy's CRC-32C (and bool bytes) (R-ARR-14,
+the memory map (from a remote checkpoint: fetches that extent alone, in bounded
+ranged requests sent several at a time, never the whole shard object) and
+checks the copy's CRC-32C (and bool bytes) (R-ARR-14,
 R-ARR-13: a checksum covers a whole shard, so a verified read of part of a
 shard reads all of it), and copies the overlapping part into the result.
 Shards that do not overlap are never opened. A handle keeps the verified
@@ -26,19 +28,37 @@ from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError
 from ..sharding.regions import Region, checked_region, intersect, region_slices
 from ..tree.decode import empty_array
-from ..tree.nodes import ShardedArrayRef, ShardRef
+from ..tree.nodes import ArrayRef, ShardedArrayRef, ShardRef
 from .arrays import ArrayHandle, array_view, region_copy, verified_copy, verify_view
+
+#: ``fetch(path, size, offset, nbytes)``: an extent of a file in memory of its own, or None (view the map instead).
+FetchRange = Callable[[str, int, int, int], "memoryview | None"]
 
 
 class ComponentFiles:
-    """The data files of one tree component, mapped on first use: inventory key -> read-only memory map."""
+    """The data files of one tree component, mapped on first use: inventory key -> read-only memory map.
+
+    With ``fetch`` (:meth:`Source.private_range <opencheckpoint.container.base.Source.private_range>`), a
+    source that reads by byte range (remote) gives each shard's extent alone instead (:meth:`extent`).
+    """
 
     def __init__(self, map_file: Callable[[str, int], memoryview], component_path: str,
-                 sizes: Mapping[str, int]) -> None:
+                 sizes: Mapping[str, int], *, fetch: FetchRange | None = None) -> None:
         self._map_file = map_file
         self.component_path = component_path
         self._sizes = sizes
         self._maps: dict[str, memoryview] = {}
+        self._fetch = fetch
+
+    def extent(self, rel: str, extent: ArrayRef) -> tuple[np.ndarray, bool]:
+        """The array of one extent of a file: a view of the file's map (False), or where the source reads by
+        range, of the extent's bytes fetched alone into memory of their own (True: private, not yet verified)."""
+        if extent.nbytes and self._fetch is not None:
+            data = self._fetch(self.path(rel), self._sizes[rel], extent.offset, extent.nbytes)
+            if data is not None:
+                dtype = numpy_dtype(extent.dtype)
+                return np.frombuffer(data, dtype, extent.nbytes // dtype.itemsize).reshape(extent.shape), True
+        return array_view(self.map(rel), extent), False
 
     def path(self, rel: str) -> str:
         """The file's path in the checkpoint (what errors name)."""
@@ -80,12 +100,15 @@ class ShardedReads:
         kept = self._verified.get(key)
         if kept is not None:
             return kept
-        view = array_view(self.files.map(shard.file), extent)
+        view, private = self.files.extent(shard.file, extent)
+        view.flags.writeable = False
         if not verify:
             return view
-        if self._views:
+        if self._views or private:  # a map's view lent to a restore, or fetched bytes nothing else holds
             verify_view(view, extent, self.files.path(shard.file))
-            self._verified[key] = view
+            view.flags.writeable = False
+            if self._keep:
+                self._verified[key] = view
             return view
         copy = verified_copy(view, extent, self.files.path(shard.file))
         if self._keep:

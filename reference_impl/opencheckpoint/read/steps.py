@@ -18,10 +18,6 @@ from ..container.base import FileRegion, Source
 from ..format.errors import (
     CheckpointError,
     IncompatibleComponent,
-    IntegrityError,
-    LimitExceeded,
-    UnknownComponentKind,
-    UnsupportedVersion,
 )
 from ..format.integrity import crc32c_of, format_crc32c
 from ..format.limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
@@ -29,6 +25,8 @@ from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, UNDERSTOOD_EXTENSION
 from ..format.models import ComponentRecord, FileEntry
 from ..format.strict_json import parse_ijson
 from ..location import Location, PathArg, resolve_location
+from ..rules.container import CON
+from ..rules.v1 import V1
 from ..rules.v2 import V2
 from ..sharding.layout import check_sharded_layout
 from ..tree.decode import DecodedTree, decode_tree
@@ -46,8 +44,8 @@ def check_file_crc32c(crc: int, entry: FileEntry, file: str, where: str) -> None
     """R-CHK-7: the CRC-32C of a listed file's bytes equals its entry's ``crc32c``."""
     computed = format_crc32c(crc)
     if computed != entry.crc32c:
-        raise IntegrityError(f"file crc32c mismatch: stored {entry.crc32c}, computed {computed}", file=file,
-                             field=where + ".crc32c", rule="R-CHK-7")
+        raise CON.error("R-CHK-7", f"file crc32c mismatch: stored {entry.crc32c}, computed {computed}", file=file,
+                        field=where + ".crc32c")
 
 
 class CheckpointSteps:
@@ -117,13 +115,13 @@ class CheckpointSteps:
         record = self.record(name)
         where = field_of("components", name)
         if record.kind not in KIND_VERSIONS:
-            raise UnknownComponentKind(f"component {name!r} has kind {record.kind!r}, which this reader does not "
-                                       "implement", file=MANIFEST_NAME, field=where + ".kind", rule="R-CMP-21")
+            raise V1.error("R-CMP-21", f"component {name!r} has kind {record.kind!r}, which this reader does not "
+                           "implement", file=MANIFEST_NAME, field=where + ".kind")
         if record.kind_version > KIND_VERSIONS[record.kind]:
-            raise UnsupportedVersion(
+            raise V1.error("R-CMP-19",
                 f"{record.kind} kind_version {record.kind_version} is newer than the highest this reader "
                 f"supports ({KIND_VERSIONS[record.kind]})",
-                file=MANIFEST_NAME, field=where + ".kind_version", rule="R-CMP-19")
+                file=MANIFEST_NAME, field=where + ".kind_version")
         error = V2.check("R-SHD-2", where + ".kind_version", record.kind, record.kind_version,
                          self.parsed.written_version)
         if error is not None:
@@ -144,8 +142,8 @@ class CheckpointSteps:
         where = field_of("components", name, "files", rel)
         limit = _PAYLOAD_LIMITS.get(rel) if record.kind in PAYLOADS else None
         if limit is not None and entry.size > limit[0]:
-            raise LimitExceeded(f"{rel} is {entry.size} bytes, limit {limit[0]}", file=full,
-                                field=where + ".size", rule=limit[1])
+            raise CON.error(limit[1], f"{rel} is {entry.size} bytes, limit {limit[0]}", file=full,
+                            field=where + ".size")
         data = self.source.read_file(full, entry.size)
         check_file_crc32c(crc32c_of(data), entry, full, where)
         return data
@@ -194,7 +192,8 @@ class CheckpointSteps:
     def component_files(self, name: str) -> ComponentFiles:
         """The data files of a tree component, each mapped when a sharded array first needs it."""
         record = self.record(name)
-        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()})
+        return ComponentFiles(self.source.map_file, record.path, {rel: e.size for rel, e in record.files.items()},
+                              fetch=self.source.private_range)
 
     def open_region(self, data_file: str, size: int, *, again: bool = False) -> FileRegion:
         """Positioned reads of a data file (:meth:`Source.open_region`); ``again``: its bytes will be read

@@ -43,6 +43,7 @@ from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
 from ..format.models import FileEntry
 from ..location import PathArg
 from ..progress import ProgressArg, advance, files_bytes, reporting
+from ..rules.archive import ZIP
 from ..rules.container import CON, file_size
 from ..sharding.layout import data_file_sizes, extents_by_file
 from ..tree.decode import DecodedTree
@@ -349,12 +350,12 @@ def _check_file(reader: CheckpointSteps, report: ValidationReport, where: str, f
         except CheckpointError as exc:
             report.add(exc)
     if hashes.sha256 is not None and hashes.sha256.hexdigest() != entry.sha256:
-        report.add(IntegrityError("file sha256 mismatch", file=full, field=where + ".sha256", rule="R-CHK-8"))
+        report.add(CON.error("R-CHK-8", "file sha256 mismatch", file=full, field=where + ".sha256"))
     stored_zip = reader.source.zip_crc32(full)
     if stored_zip is not None and hashes.zip_crc32 != stored_zip:
         report.add(_zip_crc_error(full))
 
 
-def _zip_crc_error(member: str) -> IntegrityError:
-    return IntegrityError("the ZIP CRC-32 of the member does not match its data", file=member,
-                          field="central directory: crc-32", rule="R-ZIP-22")
+def _zip_crc_error(member: str) -> CheckpointError:
+    return ZIP.error("R-ZIP-22", "the ZIP CRC-32 of the member does not match its data", file=member,
+                     field="central directory: crc-32")

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..format.errors import UnsupportedLocation
+from ..format.errors import CheckpointError
+from ..rules.publication import PUB
 
 #: The extra that installs fsspec (and s3fs), named in every error about its absence.
 INSTALL_HINT = "pip install 'opencheckpoint[remote]'"
 
 
-def unsupported(location: str, why: str) -> UnsupportedLocation:
+def unsupported(location: str, why: str) -> CheckpointError:
     """R-PUB-20: a URL (or what ``pathlib`` left of one) this implementation cannot serve, refused."""
-    return UnsupportedLocation(why, file=location, rule="R-PUB-20")
+    return PUB.error("R-PUB-20", why, file=location)
 
 
 def require_fsspec(location: str) -> ModuleType:

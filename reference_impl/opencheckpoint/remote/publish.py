@@ -35,8 +35,9 @@ from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
-from ..format.errors import ConcurrentModification, TargetExists, UnsupportedLocation
+from ..format.errors import ConcurrentModification, UnsupportedLocation
 from ..format.manifest import MANIFEST_NAME
+from ..rules.publication import PUB
 from .fspath import FsPath, is_folder_marker
 
 #: ``.NAME.oc-staging-<writer token>`` (a save) or ``.NAME.oc-delete-<writer token>`` (a deletion): a writer
@@ -82,12 +83,7 @@ def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) ->
     fs = target.fs
     uploaded: list[str] = []
     try:
-        for rel in objects:
-            if rel == MANIFEST_NAME:
-                continue
-            fault_point(f"upload:{rel}")
-            uploaded.append(rel)
-            fs.put_file(str(staged / rel), target.key(rel))
+        _put_objects(staged, [rel for rel in objects if rel != MANIFEST_NAME], target, uploaded)
         fs.invalidate_cache(target.path)
         if fs.exists(target.key(MANIFEST_NAME)):
             raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
@@ -95,14 +91,90 @@ def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) ->
         fault_point("upload:manifest.json")
         fs.pipe_file(target.key(MANIFEST_NAME), (staged / MANIFEST_NAME).read_bytes())
     except BaseException:
-        try:
-            for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
-                with contextlib.suppress(FileNotFoundError):
-                    fs.rm_file(target.key(rel))
-            fs.rm_file(marker.path)
-        except OSError:  # what is left stays marked: debris, removed by a later save or prune
-            pass
+        _withdraw(target, uploaded, marker)
         raise
+
+
+def _put_objects(staged: Path, objects: list[str], target: FsPath, uploaded: list[str]) -> None:
+    """Upload each of ``objects`` (below ``staged``) to the same name below ``target``, noting each in ``uploaded``
+    before it is sent (a failed put may have left it half there)."""
+    for rel in objects:
+        fault_point(f"upload:{rel}")
+        uploaded.append(rel)
+        target.fs.put_file(str(staged / rel), target.key(rel))
+
+
+def _withdraw(target: FsPath, uploaded: list[str], marker: FsPath) -> None:
+    """Delete this writer's own uploaded objects, then its marker; what cannot be deleted stays marked debris."""
+    try:
+        for rel in uploaded:  # ours: this save's own data objects, never a committed checkpoint's
+            with contextlib.suppress(FileNotFoundError):
+                target.fs.rm_file(target.key(rel))
+        target.fs.rm_file(marker.path)
+    except OSError:  # what is left stays marked: debris, removed by a later save or prune
+        pass
+
+
+class RankUpload:
+    """One rank's shard objects in a collective save to an object store, uploaded before the coordinator publishes.
+
+    :meth:`upload` writes this rank's own writer marker (its upload plan, as a single writer's) and then its
+    objects straight below ``target``; they are no checkpoint until the coordinator writes ``manifest.json``,
+    which it does only after every rank reported its upload done. :meth:`settle` then removes the marker
+    (published) or the objects and the marker (not published). A rank killed in between leaves marked debris
+    that the next save to ``target`` removes by name (R-PUB-24), as a killed single writer's.
+
+    >>> import fsspec, pathlib, tempfile
+    >>> scratch = pathlib.Path(tempfile.mkdtemp()); _ = (scratch / "part.bin").write_bytes(b"x")
+    >>> target = FsPath(fsspec.filesystem("memory"), "/doc-rank/ckpt")
+    >>> part = RankUpload(scratch, ["part.bin"], target); part.upload()
+    >>> target.fs.cat_file(target.key("part.bin")), len(target.fs.find("/doc-rank"))  # the object and the marker
+    (b'x', 2)
+    >>> part.settle(published=False); target.fs.find("/doc-rank")  # not published: both deleted
+    []
+    """
+
+    def __init__(self, staged: Path, objects: list[str], target: FsPath) -> None:
+        self.staged, self.objects, self.target = staged, sorted(objects), target
+        self._uploaded: list[str] = []
+        self._marker: FsPath | None = None
+
+    def upload(self) -> None:
+        """Write the marker, then every object; on failure withdraw what was uploaded and raise."""
+        marker = self.target.parent / f".{self.target.name}.oc-staging-{writer_token()}"
+        with _ACTIVE_LOCK:
+            _ACTIVE.add(marker.path)  # this process's writer is alive: its marker is no debris
+        self._marker = marker
+        try:
+            fault_point("write-marker:staging")
+            plan = {"target": self.target.name, "started": time.time(), "objects": self.objects}
+            self.target.fs.pipe_file(marker.path, json.dumps(plan).encode())
+            _put_objects(self.staged, self.objects, self.target, self._uploaded)
+        except BaseException:
+            self.settle(published=False)
+            raise
+
+    def abandon(self) -> None:
+        """Leave the objects and the marker (the outcome is unknown): this writer has ended, its marker is debris."""
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(marker.path)
+
+    def settle(self, *, published: bool) -> None:
+        """After the coordinator's outcome: keep the objects (``published``), or delete them; the marker goes."""
+        marker, self._marker = self._marker, None
+        if marker is None:
+            return
+        try:
+            if published:  # the objects belong to the published checkpoint now
+                with contextlib.suppress(OSError):  # a marker left over is cleaned later
+                    self.target.fs.rm_file(marker.path)
+            else:
+                _withdraw(self.target, self._uploaded, marker)
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(marker.path)
 
 
 def delete_remote_checkpoint(target: FsPath) -> None:
@@ -150,23 +222,23 @@ def check_remote_target(target: FsPath) -> None:
     ancestor, seen = target.parent, {target.path}
     while ancestor.path not in seen:
         if fs.exists(ancestor.key(MANIFEST_NAME)):
-            raise TargetExists(f"inside the checkpoint {ancestor}: a checkpoint is never modified", file=str(target),
-                               rule="R-PUB-21")
+            raise PUB.error("R-PUB-21", f"inside the checkpoint {ancestor}: a checkpoint is never modified",
+                            file=str(target))
         seen.add(ancestor.path)
         ancestor = ancestor.parent
     clean_remote_debris(target.parent, only=target.name)
     if fs.exists(target.key(MANIFEST_NAME)):
-        raise TargetExists("a checkpoint is there, and on an object store a checkpoint is never overwritten in "
-                           "place (nothing can be renamed, so a replacement could be seen half-written): save to a "
-                           "new prefix, or delete the old checkpoint first", file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", "a checkpoint is there, and on an object store a checkpoint is never overwritten "
+                        "in place (nothing can be renamed, so a replacement could be seen half-written): save to a "
+                        "new prefix, or delete the old checkpoint first", file=str(target))
     if fs.isfile(target.path):
-        raise TargetExists("an object (a file) is there; nothing is ever deleted that a save did not write",
-                           file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", "an object (a file) is there; nothing is ever deleted that a save did not write",
+                        file=str(target))
     leftover = _objects_below(target)
     if leftover:
-        raise TargetExists(f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
-                           f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
-                           "delete them or save elsewhere", file=str(target), rule="R-PUB-21")
+        raise PUB.error("R-PUB-21", f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
+                        f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
+                        "delete them or save elsewhere", file=str(target))
 
 
 def _remove_objects(prefix: FsPath, rels: list[str]) -> None:

@@ -2,14 +2,16 @@
 
 A checkpoint on an object store is a *prefix*: its files are the objects below
 it, ``manifest.json`` among them. :class:`RemoteSource` lists them (step 10),
-reads whole small files, and hands array reads a :class:`RemoteRegion` that
-fetches byte ranges (``cat_file(path, start, end)``: one ranged GET on S3, no
-block cache), so a lazy read of one array moves that array's bytes only. Bytes
-that a load reads twice (a verify-first restore into live arrays) are kept on
-local disk after their first fetch (:mod:`.spill`), and ``validate`` streams
-each file once in bounded ranges (:meth:`RemoteSource.read_chunks`). There
-are no symbolic links or special files on an object store: every object is a
-regular file, and an unlisted one is an :class:`~opencheckpoint.format.errors.ExtraFile`
+reads small files with one GET, and reads everything else by byte range in
+pieces of at most 16 MiB, several at a time (:mod:`.ranges`): a load's
+:class:`RemoteRegion` reads the data file piece by piece ahead of the arrays
+being checked, a lazy read of one array fetches that array's bytes only, a
+shard of a sharded array is fetched alone (:meth:`RemoteSource.private_range`),
+and ``validate`` streams each file once (:meth:`RemoteSource.read_chunks`).
+Bytes that a load reads twice (a verify-first restore into live arrays) are
+kept on local disk after their first fetch (:mod:`.spill`). There are no
+symbolic links or special files on an object store: every object is a regular
+file, and an unlisted one is an :class:`~opencheckpoint.format.errors.ExtraFile`
 as in the local form.
 
 A file that was listed when the checkpoint was opened and is gone when read
@@ -21,6 +23,8 @@ defect of the checkpoint.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from ..container.base import FileRegion, Source, gone_while_reading, size_mismatch
@@ -29,14 +33,11 @@ from ..format.limits import ARCHIVE_MAX_MEMBERS
 from ..format.manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
+from . import ranges
 from .failures import is_storage_error, storage_error
 from .fspath import FsPath, is_folder_marker
+from .ranges import fetch_into, in_order, pieces
 from .spill import Spill
-
-#: Reads of a whole-component load smaller than this fetch this much ahead (one request per window,
-#: not one per 1 MiB chunk); lazy reads of single arrays fetch exactly their range. ``validate`` streams
-#: each file in ranges of this size, so its memory is one range whatever the file's size.
-READ_AHEAD_BYTES = 16 << 20
 
 
 class RemoteSource(Source):
@@ -51,6 +52,8 @@ class RemoteSource(Source):
         self._listed: frozenset[str] = frozenset()
         #: files some of whose ranges will be read again: the ranges fetched so far, kept (:meth:`open_region_kept`)
         self._spills: dict[str, Spill] = {}
+        #: small files read whole so far (immutable bytes; every reader checks their CRC-32C on each use)
+        self._documents: dict[str, bytes] = {}
 
     def read_manifest(self) -> bytes:
         key = self.location.key(MANIFEST_NAME)
@@ -108,104 +111,153 @@ class RemoteSource(Source):
                 raise
             raise storage_error(exc, str(self.location / rel), f"read {rel}") from exc
 
-    def read_file(self, rel: str, size: int) -> bytes:
-        data = self._fetch(rel, None, None)
-        if len(data) != size:
-            raise size_mismatch(rel, len(data), size)
+    def fetch_range(self, rel: str, start: int, end: int, *, size: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of a file: one ranged request. With ``size`` (the listed size of the file) a
+        range ending there asks for one byte more, so an object that grew since the listing is reported
+        (R-CHK-6) as when it is read whole; a short answer (the object shrank) is reported too."""
+        ask = end + 1 if size is not None and end == size else end
+        data = self._fetch(rel, start, ask)
+        if len(data) != end - start:
+            raise size_mismatch(rel, start + len(data), end if size is None else size)
         return data
 
+    def read_file(self, rel: str, size: int) -> bytes:
+        """The whole file; a small one (a tree document, a JSON value: at most one range) is fetched once per
+        open checkpoint, and kept: a load reads a component's document when it plans and again when it reads."""
+        kept = self._documents.get(rel)
+        if kept is not None and len(kept) == size:
+            return kept
+        if size <= ranges.RANGE_BYTES:
+            data = self._fetch(rel, None, None)
+            if len(data) != size:
+                raise size_mismatch(rel, len(data), size)
+            self._documents[rel] = data
+            return data
+        return bytes(self._fetch_whole(rel, size))
+
+    def _fetch_whole(self, rel: str, size: int) -> bytearray:
+        """The object in bounded ranges fetched concurrently (:mod:`.ranges`), its size checked."""
+        whole = bytearray(size)
+        fetch_into(lambda start, end: self.fetch_range(rel, start, end, size=size), memoryview(whole), 0)
+        return whole
+
     def map_file(self, rel: str, size: int) -> memoryview:
-        """The whole object, fetched into memory (there is nothing to map): views of a whole file (``copy=False``
-        reads, shard files) need it; ``validate`` and array reads fetch by range instead."""
-        return memoryview(self.read_file(rel, size))
+        """The whole object, fetched into memory (there is nothing to map) in bounded ranges, several at a time:
+        ``copy=False`` reads need it; array reads, shard reads and ``validate`` fetch by range instead."""
+        if size <= ranges.RANGE_BYTES:
+            data = self._fetch(rel, None, None)
+            if len(data) != size:
+                raise size_mismatch(rel, len(data), size)
+            return memoryview(data)
+        return memoryview(self._fetch_whole(rel, size)).toreadonly()
 
     def read_chunks(self, rel: str, size: int) -> Iterator[memoryview]:
-        """The object in ranges of :data:`READ_AHEAD_BYTES`, each fetched when the previous one was used.
-
-        The last request asks for one byte more than the manifest lists, so an object that grew
-        since the inventory is reported (R-CHK-6) as when it is read whole.
-        """
-        for start in range(0, size, READ_AHEAD_BYTES):
-            end = min(size, start + READ_AHEAD_BYTES)
-            data = self._fetch(rel, start, end + 1 if end == size else end)
-            if len(data) != end - start:
-                raise size_mismatch(rel, start + len(data), size)
+        """The object in ranges of at most :data:`~.ranges.RANGE_BYTES`, yielded in order while the next
+        :data:`~.ranges.IN_FLIGHT` are being fetched: each byte once, memory a few ranges whatever the size."""
+        fetch = partial(self.fetch_range, rel, size=size)
+        for data in in_order(fetch, pieces(0, size)):
             yield memoryview(data)
 
+    def private_range(self, rel: str, size: int, offset: int, nbytes: int) -> memoryview:
+        """Bytes ``[offset, offset + nbytes)`` of a file, fetched by range into memory of their own (a shard of a
+        sharded array: only the shards a read overlaps are fetched, never a whole shard object)."""
+        if offset < 0 or offset + nbytes > size:
+            raise size_mismatch(rel, size, offset + nbytes)
+        out = bytearray(nbytes)
+        fetch_into(lambda start, end: self.fetch_range(rel, start, end, size=size), memoryview(out), offset)
+        return memoryview(out)
+
     def open_region(self, rel: str, size: int) -> FileRegion:
-        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES, spill=self._spills.get(rel))
+        return RemoteRegion(self, rel, size, read_ahead=True, spill=self._spills.get(rel))
 
     def open_region_kept(self, rel: str, size: int) -> FileRegion:
         """A region whose fetched ranges are kept (:mod:`.spill`) for every later region of the file."""
         spill = self._spills.get(rel)
         if spill is None:
             spill = self._spills[rel] = Spill(rel)
-        return RemoteRegion(self, rel, size, window=READ_AHEAD_BYTES, spill=spill, keep=True)
+        return RemoteRegion(self, rel, size, read_ahead=True, spill=spill, keep=True)
 
     def lazy_data(self, rel: str, size: int) -> FileRegion:
-        return RemoteRegion(self, rel, size, window=0)
-
-    def fetch_range(self, rel: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a file: one ranged request."""
-        return self._fetch(rel, start, end)
+        return RemoteRegion(self, rel, size, read_ahead=False)
 
     def close(self) -> None:
         for spill in self._spills.values():
             spill.close()
         self._spills.clear()
+        self._documents.clear()
 
 
 class RemoteRegion(FileRegion):
-    """A remote file read by byte range into caller buffers, optionally ``window`` bytes ahead at a time.
+    """A remote file read by byte range into caller buffers.
 
-    With a ``spill``, ranges it holds are read from it instead of fetched; with ``keep``, every range
-    fetched is added to it.
+    ``read_ahead`` (a reader of the whole file in file order: a component's
+    load, a verify-first check): the file is read as consecutive pieces of
+    :data:`~.ranges.RANGE_BYTES`, each fetched once, :data:`~.ranges.IN_FLIGHT`
+    of them ahead of the one being used, so the network works while the
+    caller checks what came. Without it (a lazy read of one array) exactly the
+    bytes asked for are fetched, in bounded pieces fetched concurrently. With a
+    ``spill``, ranges it holds are read from it instead of fetched; with
+    ``keep``, every piece fetched is added to it.
     """
 
-    __slots__ = ("_source", "_window", "_ahead", "_ahead_start", "_spill", "_keep")
+    __slots__ = ("_source", "_read_ahead", "_pieces", "_spilled", "_spill", "_keep")
 
-    def __init__(self, source: RemoteSource, rel: str, size: int, *, window: int, spill: Spill | None = None,
+    #: reads are network requests: read an array with one call, which the region cuts into bounded
+    #: concurrent requests, rather than chunk by chunk (:func:`~opencheckpoint.read.arrays.read_verified_into`)
+    ranged = True
+
+    def __init__(self, source: RemoteSource, rel: str, size: int, *, read_ahead: bool, spill: Spill | None = None,
                  keep: bool = False) -> None:
         super().__init__(-1, 0, size, rel, owns_fd=False)
         self._source = source
-        self._window = window
-        self._ahead = b""
-        self._ahead_start = 0
+        self._read_ahead = read_ahead
+        self._pieces: dict[int, Future[bytes]] = {}  # piece index -> its bytes, fetched or on the way
+        self._spilled: set[int] = set()  # pieces already added to the spill
         self._spill = spill
         self._keep = keep
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        # A whole-file reader probes for growth at the end (as read_chunks does); a lazy read asks exactly its range.
+        return self._source.fetch_range(self.rel, start, end, size=self.size if self._read_ahead else None)
 
     def readinto(self, buffer: Any, offset: int) -> None:
         view = self.requested(buffer, offset)
         want = len(view)
         if not want:
             return
-        ahead_end = self._ahead_start + len(self._ahead)
-        if not (self._ahead_start <= offset and offset + want <= ahead_end):
-            if self._spill is not None and self._spill.covers(offset, offset + want):
-                self._spill.readinto(view, offset)  # fetched before by a kept region of this file
-                return
-            data = self._fetch_from(offset, want)
-            if want >= self._window:
-                view[:] = data
-                return
-            self._ahead, self._ahead_start = data, offset
-        start = offset - self._ahead_start
-        view[:] = memoryview(self._ahead)[start : start + want]
+        if self._spill is not None and self._spill.covers(offset, offset + want):
+            self._spill.readinto(view, offset)  # fetched before by a kept region of this file
+            return
+        if not self._read_ahead:
+            fetch_into(self._fetch, view, offset)
+            if self._keep and self._spill is not None:
+                self._spill.write(offset, bytes(view))
+            return
+        step = ranges.RANGE_BYTES
+        first, last = offset // step, (offset + want - 1) // step
+        for index in range(first, last + 1):
+            data = self._piece(index, step)
+            begin = index * step
+            lo, hi = max(offset, begin), min(offset + want, begin + len(data))
+            view[lo - offset : hi - offset] = memoryview(data)[lo - begin : hi - begin]
+        for index in [index for index in self._pieces if index < last]:  # used up: reads go forward
+            del self._pieces[index]
 
-    def _fetch_from(self, offset: int, want: int) -> bytes:
-        """The bytes from ``offset`` to the end of the next window (at least ``want``), each byte fetched once:
-        a read that begins inside the current window fetches only what follows it."""
-        ahead_end = self._ahead_start + len(self._ahead)
-        begin, head = offset, b""
-        if self._ahead_start <= offset < ahead_end:
-            begin, head = ahead_end, self._ahead[offset - self._ahead_start :]
-        end = min(self.size, offset + max(want, self._window))
-        data = self._source.fetch_range(self.rel, begin, end)
-        if len(data) != end - begin:  # the object shrank after the inventory
-            raise size_mismatch(self.rel, begin + len(data), self.size)
-        if self._keep and self._spill is not None:
-            self._spill.write(begin, data)
-        return head + data if head else data
+    def _piece(self, index: int, step: int) -> bytes:
+        """Piece ``index`` (of ``step`` bytes) of the file, once fetched; the next :data:`~.ranges.IN_FLIGHT`
+        pieces are started now, so they are on the way while the caller uses this one."""
+        count = -(-self.size // step)
+        for ahead in range(index, min(count, index + ranges.IN_FLIGHT + 1)):
+            if ahead not in self._pieces:
+                start = ahead * step
+                self._pieces[ahead] = ranges.pool().submit(self._fetch, start, min(self.size, start + step))
+        data = self._pieces[index].result()
+        if self._keep and self._spill is not None and index not in self._spilled:
+            self._spill.write(index * step, data)
+            self._spilled.add(index)
+        return data
 
     def close(self) -> None:
-        self._ahead = b""
+        for future in self._pieces.values():
+            future.cancel()
+        self._pieces.clear()

@@ -13,11 +13,34 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..format.errors import ArchiveError
+from ..format.errors import ArchiveError, IntegrityError, LimitExceeded, NotACheckpoint, UnsafePath
 from . import RuleTable
 
 ZIP = RuleTable(version=1, file=None)
 rule = ZIP.rule
+
+# Rules that one record alone concerns: declared with their class; the record's reader
+# (container/zip_records.py, container/archive.py) reports them with ZIP.error.
+ZIP.declare("R-ZIP-1", NotACheckpoint)
+ZIP.declare("R-ZIP-5", ArchiveError)
+ZIP.declare("R-ZIP-6", ArchiveError)
+ZIP.declare("R-ZIP-7", ArchiveError)
+ZIP.declare("R-ZIP-8", ArchiveError)
+ZIP.declare("R-ZIP-9", ArchiveError)
+ZIP.declare("R-ZIP-10", ArchiveError)
+ZIP.declare("R-ZIP-11", ArchiveError)
+ZIP.declare("R-ZIP-12", ArchiveError)
+ZIP.declare("R-ZIP-13", ArchiveError)
+ZIP.declare("R-ZIP-14", ArchiveError)
+ZIP.declare("R-ZIP-16", ArchiveError)
+ZIP.declare("R-ZIP-18", ArchiveError)
+ZIP.declare("R-ZIP-20", ArchiveError)
+ZIP.declare("R-ZIP-21", ArchiveError)
+ZIP.declare("R-ZIP-24", ArchiveError)
+ZIP.declare("R-ZIP-25", ArchiveError)
+ZIP.declare("R-ZIP-17", UnsafePath)
+ZIP.declare("R-ZIP-22", IntegrityError)
+ZIP.declare("R-LIM-17", LimitExceeded)
 
 _EOCD_SIGNATURE: Final = b"PK\x05\x06"
 _EOCD_SIZE: Final = 22

@@ -13,12 +13,31 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..format.errors import ExtraFile, IntegrityError, LimitExceeded, MissingFile, NotACheckpoint, UnsafePath
+from ..format.errors import (
+    ConcurrentModification,
+    ExtraFile,
+    IntegrityError,
+    LimitExceeded,
+    MissingFile,
+    NotACheckpoint,
+    UnsafePath,
+)
 from ..format.limits import MANIFEST_MAX_BYTES
 from . import RuleTable
 
 CON = RuleTable(version=1, file=None)
 rule = CON.rule
+
+# Rules tested where the reader holds the facts (a payload's size and CRC-32C, the bytes of a file, an
+# opening attempt): declared with their class; the site reports them with CON.error. R-RDR-13 and
+# R-RDR-14 are not file defects (spec §12.6): the implementation's own class, not one of Table 16-1.
+CON.declare("R-CHK-7", IntegrityError)
+CON.declare("R-CHK-8", IntegrityError)
+CON.declare("R-LIM-2", LimitExceeded)
+CON.declare("R-LIM-9", LimitExceeded)
+CON.declare("R-PUB-14", NotACheckpoint)
+CON.declare("R-RDR-13", ConcurrentModification)
+CON.declare("R-RDR-14", ConcurrentModification)
 
 #: The mark of a writer's staging directory ``.NAME.oc-staging-*`` (spec §12).
 STAGING_MARK: Final = ".oc-staging-"

@@ -12,11 +12,16 @@ the same way.
 
 from __future__ import annotations
 
-from ..format.errors import TargetExists
+from ..format.errors import TargetExists, UnsupportedLocation
 from . import RuleTable
 
 PUB = RuleTable(version=1, file=None)
 rule = PUB.rule
+
+# Object stores (spec §12.7): a URL no installed filesystem serves (remote/fspath.py), and a prefix a
+# save may not publish to (remote/publish.py); the implementation's own classes, not of Table 16-1.
+PUB.declare("R-PUB-20", UnsupportedLocation)
+PUB.declare("R-PUB-21", TargetExists)
 
 
 @rule("R-PUB-16", TargetExists)

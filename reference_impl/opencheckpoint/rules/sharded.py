@@ -29,6 +29,9 @@ Region = tuple[tuple[int, ...], tuple[int, ...]]
 SHD = RuleTable(version=2, file=None)
 rule = SHD.rule
 
+# Every structural defect of a tag 10 node, found by the exact parser (tree/sharded.py).
+SHD.declare("R-SHD-4", TreeError)
+
 
 @rule("R-SHD-1", TreeError)
 def sharded_node_allowed(kind_version: int) -> str | None:

@@ -17,12 +17,50 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from ..format.errors import ArrayLayoutError, LimitExceeded, TreeError, UnknownDtype
+from ..format.errors import ArrayLayoutError, IntegrityError, LimitExceeded, TreeError, UnknownDtype, UnsupportedValue
 from ..format.limits import ARRAY_MAX_NDIM, TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES
 from . import RuleTable
 
 TREE = RuleTable(version=1, file=None)
 rule = TREE.rule
+
+# Rules whose facts only their raise site has (the exact parser's current byte, an array node's extent,
+# the bytes just read): declared with their class; the site reports them with TREE.error.
+# R-WTR-3 is a writer's refusal (tree/refusals.py): the implementation's own class, not one of Table 16-1.
+TREE.declare("R-TREE-1", TreeError)
+TREE.declare("R-TREE-2", TreeError)
+TREE.declare("R-TREE-3", TreeError)
+TREE.declare("R-TREE-11", TreeError)
+TREE.declare("R-TREE-13", TreeError)
+TREE.declare("R-TREE-14", TreeError)
+TREE.declare("R-TREE-15", TreeError)
+TREE.declare("R-TREE-16", TreeError)
+TREE.declare("R-TREE-17", TreeError)
+TREE.declare("R-TREE-18", TreeError)
+TREE.declare("R-TREE-19", TreeError)
+TREE.declare("R-TREE-20", TreeError)
+TREE.declare("R-TREE-21", TreeError)
+TREE.declare("R-TREE-22", TreeError)
+TREE.declare("R-TREE-23", TreeError)
+TREE.declare("R-TREE-24", TreeError)
+TREE.declare("R-ARR-1", TreeError)
+TREE.declare("R-ARR-2", TreeError)
+TREE.declare("R-ARR-3", TreeError)
+TREE.declare("R-LIM-12", LimitExceeded)
+TREE.declare("R-LIM-14", LimitExceeded)
+TREE.declare("R-LIM-15", LimitExceeded)
+TREE.declare("R-LIM-16", LimitExceeded)
+TREE.declare("R-ARR-5", ArrayLayoutError)
+TREE.declare("R-ARR-6", ArrayLayoutError)
+TREE.declare("R-ARR-7", ArrayLayoutError)
+TREE.declare("R-ARR-8", ArrayLayoutError)
+TREE.declare("R-ARR-9", ArrayLayoutError)
+TREE.declare("R-ARR-10", ArrayLayoutError)
+TREE.declare("R-ARR-11", ArrayLayoutError)
+TREE.declare("R-ARR-12", ArrayLayoutError)
+TREE.declare("R-ARR-13", ArrayLayoutError)
+TREE.declare("R-ARR-14", IntegrityError)
+TREE.declare("R-WTR-3", UnsupportedValue)
 
 #: Key data shape of each built-in PRNG implementation (JAX names; R-TREE-25, R-TREE-27, R-TREE-28).
 PRNG_IMPL_KEY_SHAPES: Final[dict[str, tuple[int, ...]]] = {

@@ -13,7 +13,16 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from ..format.errors import LimitExceeded, ManifestError
+from ..format.errors import (
+    IntegrityError,
+    LimitExceeded,
+    ManifestError,
+    NotACheckpoint,
+    UnknownComponentKind,
+    UnsafePath,
+    UnsupportedExtension,
+    UnsupportedVersion,
+)
 from ..format.limits import JSON_MAX_SAFE_INT, MAX_COMPONENTS, MAX_FILES
 from ..format.models import (
     CRC32C_PATTERN,
@@ -29,6 +38,24 @@ from . import RuleTable
 
 V1 = RuleTable(version=1, file=MANIFEST_NAME)
 rule = V1.rule
+
+# Rules of steps 5, 6, 8, 9 and 12 whose site holds the facts (format/manifest.py, format/migrations.py,
+# read/steps.py): declared with their class; the site reports them with V1.error.
+V1.declare("R-MAN-8", NotACheckpoint)
+V1.declare("R-MAN-9", NotACheckpoint)
+V1.declare("R-MAN-10", ManifestError)
+V1.declare("R-CHK-1", ManifestError)
+V1.declare("R-CHK-2", ManifestError)
+V1.declare("R-CHK-3", IntegrityError)
+V1.declare("R-CMP-6", UnsafePath)
+V1.declare("R-CMP-7", UnsafePath)
+V1.declare("R-CMP-8", UnsafePath)
+V1.declare("R-EXT-7", UnsupportedExtension)
+V1.declare("R-VER-2", UnsupportedVersion)
+V1.declare("R-VER-3", UnsupportedVersion)
+V1.declare("R-VER-4", UnsupportedVersion)
+V1.declare("R-CMP-19", UnsupportedVersion)
+V1.declare("R-CMP-21", UnknownComponentKind)
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..container.output_file import check_output_file, write_output_file
 from ..format.models import DOCUMENT_MODELS, DOCUMENT_MODELS_V2, SCHEMA_BASE_URIS
-from .output_file import check_output_file, write_output_file
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 

@@ -19,9 +19,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..format.dtypes import numpy_dtype
-from ..format.errors import CheckpointError, LimitExceeded, TreeError
+from ..format.errors import CheckpointError
 from ..format.limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
-from ..rules import raise_if, required
+from ..rules import raise_if, required, table_of
 from ..rules.tree import TREE
 from .encode import big_int_bytes
 from .nodes import (
@@ -86,7 +86,8 @@ class _Parser:
 
     # -- primitives ------------------------------------------------------------------
     def fail(self, message: str, path: TreePath, rule: str) -> NoReturn:
-        raise TreeError(f"{message} (byte {self.pos})", field=str(path), rule=rule)
+        """Raise ``rule``'s error (its table's class: the tree rules', or a tag 10 node's) at the current byte."""
+        raise table_of(rule).error(rule, f"{message} (byte {self.pos})", field=str(path))
 
     def broke(self, error: CheckpointError | None) -> None:
         """Raise a rule table's error (:mod:`opencheckpoint.rules.tree`) at the current byte, as :meth:`fail`."""
@@ -181,8 +182,8 @@ class _Parser:
         else:
             length = self.unpack(">I", 4, path)
         if length > TREE_MAX_STR_BYTES:
-            raise LimitExceeded(f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}", field=str(path),
-                                rule="R-LIM-12")
+            raise TREE.error("R-LIM-12", f"a str or bin of {length} bytes, limit {TREE_MAX_STR_BYTES}",
+                             field=str(path))
         if big_int:
             raise_if(TREE.check("R-LIM-18", str(path), length))
         return self.take(length, path)
@@ -424,8 +425,7 @@ class _Parser:
             self.incomplete("tree.msgpack is empty", ROOT)
         root = self.value(0, ROOT)
         if self.pos != self.end:
-            raise TreeError(f"{self.end - self.pos} bytes after the end of the root object", field="$",
-                            rule="R-TREE-2")
+            raise TREE.error("R-TREE-2", f"{self.end - self.pos} bytes after the end of the root object", field="$")
         return root
 
 

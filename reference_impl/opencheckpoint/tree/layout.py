@@ -23,7 +23,7 @@ from operator import attrgetter, mul
 import numpy as np
 
 from ..format.dtypes import DTYPES
-from ..format.errors import ArrayLayoutError, CheckpointError, LimitExceeded
+from ..format.errors import CheckpointError
 from ..format.limits import ALIGNMENT, ARRAY_MAX_DIM, ARRAY_MAX_NDIM
 from ..rules import required
 from ..rules.tree import TREE
@@ -38,18 +38,16 @@ def limit_error(ref: ArrayRef) -> CheckpointError | None:
         return TREE.check("R-LIM-13", ref.path, len(ref.shape))
     for dim in ref.shape:
         if dim > ARRAY_MAX_DIM:
-            return LimitExceeded(f"dimension {dim} exceeds 2**63-1", field=ref.path, rule="R-LIM-14")
+            return TREE.error("R-LIM-14", f"dimension {dim} exceeds 2**63-1", field=ref.path)
     product = 1
     for dim in ref.shape:
         product *= dim
         if product >= _LIMIT:
-            return LimitExceeded(f"running shape product of {list(ref.shape)} reaches 2**63", field=ref.path,
-                                 rule="R-LIM-15")
+            return TREE.error("R-LIM-15", f"running shape product of {list(ref.shape)} reaches 2**63", field=ref.path)
     if product * DTYPES[ref.dtype][0] >= _LIMIT:
-        return LimitExceeded(f"shape {list(ref.shape)} of {ref.dtype} is 2**63 bytes or more", field=ref.path,
-                             rule="R-LIM-15")
+        return TREE.error("R-LIM-15", f"shape {list(ref.shape)} of {ref.dtype} is 2**63 bytes or more", field=ref.path)
     if ref.nbytes >= _LIMIT:
-        return LimitExceeded(f"nbytes {ref.nbytes} is 2**63 or more", field=ref.path, rule="R-LIM-16")
+        return TREE.error("R-LIM-16", f"nbytes {ref.nbytes} is 2**63 or more", field=ref.path)
     return None
 
 
@@ -72,17 +70,15 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.
         return errors
     for ref in arrays:
         if ref.offset % ALIGNMENT:
-            errors.append(ArrayLayoutError(f"offset {ref.offset} is not a multiple of {ALIGNMENT}", field=ref.path,
-                                           rule="R-ARR-5"))
+            errors.append(TREE.error("R-ARR-5", f"offset {ref.offset} is not a multiple of {ALIGNMENT}",
+                                     field=ref.path))
         elif ref.nbytes == 0 and ref.offset != 0:
-            errors.append(ArrayLayoutError(f"an empty array has offset 0, not {ref.offset}", field=ref.path,
-                                           rule="R-ARR-6"))
+            errors.append(TREE.error("R-ARR-6", f"an empty array has offset 0, not {ref.offset}", field=ref.path))
         elif ref.nbytes == 0 and ref.crc32c != 0:
-            errors.append(ArrayLayoutError(f"an empty array has crc32c 0, not {ref.crc32c}", field=ref.path,
-                                           rule="R-ARR-7"))
+            errors.append(TREE.error("R-ARR-7", f"an empty array has crc32c 0, not {ref.crc32c}", field=ref.path))
         elif ref.offset + ref.nbytes > file_size:
-            errors.append(ArrayLayoutError(f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end "
-                                           f"of {name} ({file_size} bytes)", field=ref.path, rule="R-ARR-8"))
+            errors.append(TREE.error("R-ARR-8", f"bytes [{ref.offset}, {ref.offset + ref.nbytes}) run past the end "
+                                     f"of {name} ({file_size} bytes)", field=ref.path))
     if errors:
         return errors
     extents: dict[tuple[int, int], ArrayRef] = {}
@@ -91,21 +87,20 @@ def layout_errors(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.
             continue
         first = extents.setdefault((ref.offset, ref.nbytes), ref)
         if first is not ref and first.crc32c != ref.crc32c:
-            errors.append(ArrayLayoutError(f"same extent as {first.path} (an alias) but a different crc32c",
-                                           field=ref.path, rule="R-ARR-10"))
+            errors.append(TREE.error("R-ARR-10", f"same extent as {first.path} (an alias) but a different crc32c",
+                                     field=ref.path))
     end = 0
     previous: ArrayRef | None = None
     for (offset, nbytes), ref in sorted(extents.items()):
         if previous is not None and offset < end:
-            errors.append(ArrayLayoutError(f"overlaps {previous.path} without being the same extent",
-                                           field=ref.path, rule="R-ARR-9"))
+            errors.append(TREE.error("R-ARR-9", f"overlaps {previous.path} without being the same extent",
+                                     field=ref.path))
         if offset + nbytes >= end:
             end, previous = offset + nbytes, ref
     if errors:
         return errors
     if end != file_size:
-        errors.append(ArrayLayoutError(f"{name} is {file_size} bytes but its arrays end at {end}", field="$",
-                                       rule="R-ARR-11"))
+        errors.append(TREE.error("R-ARR-11", f"{name} is {file_size} bytes but its arrays end at {end}", field="$"))
     return errors
 
 
@@ -196,12 +191,11 @@ def padding_gaps(arrays: Sequence[ArrayRef], size: int) -> list[tuple[int, int]]
     return gaps
 
 
-def padding_error(start: int, end: int, size: int) -> ArrayLayoutError:
+def padding_error(start: int, end: int, size: int) -> CheckpointError:
     """R-ARR-12 for the gap ``[start, end)`` of a data file of ``size`` bytes that holds a non-zero byte."""
     if end == size:  # the gap after the last extent (or the whole file, when it holds no array bytes)
-        return ArrayLayoutError(f"bytes after the last extent [{start}, {end}) are not zero", field="$",
-                                rule="R-ARR-12")
-    return ArrayLayoutError(f"padding bytes [{start}, {end}) are not all zero", field="$", rule="R-ARR-12")
+        return TREE.error("R-ARR-12", f"bytes after the last extent [{start}, {end}) are not zero", field="$")
+    return TREE.error("R-ARR-12", f"padding bytes [{start}, {end}) are not all zero", field="$")
 
 
 def check_padding(arrays: Sequence[ArrayRef], data: memoryview) -> None:

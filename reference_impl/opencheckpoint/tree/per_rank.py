@@ -23,7 +23,7 @@ report). A save by one process stores ``world_size`` 1 and plain arrays.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import msgpack
 import numpy as np
@@ -31,12 +31,10 @@ import numpy as np
 from ..format.dtypes import canonical_bools, dtype_name
 from ..format.errors import CheckpointError
 from .nodes import Tag
+from .planner import TreePlanner
 from .refusals import big_endian, refuse
 from .shard_plan import LocalShard, ShardedValue, ShardPlan
 from .sink import saving_ranks
-
-if TYPE_CHECKING:
-    from .encode import TreePlan
 
 #: The type name of the named tuple node that holds a per-rank value.
 PER_RANK_TYPE: Final = "opencheckpoint.PerRank"
@@ -91,7 +89,7 @@ def _same(a: Any, b: Any) -> bool:
 _NAMED_TUPLE: Final = msgpack.ExtType(int(Tag.NAMED_TUPLE), b"")
 
 
-def plan_per_rank(plan: TreePlan, value: PerRank, depth: int, path: str) -> list[Any]:
+def plan_per_rank(plan: TreePlanner, value: PerRank, depth: int, path: str) -> list[Any]:
     """The named tuple node of a per-rank value (see the module docstring).
 
     Alone (no collective save under way) it holds this process's value as rank 0 of 1. As a rank of a
@@ -111,7 +109,7 @@ def plan_per_rank(plan: TreePlan, value: PerRank, depth: int, path: str) -> list
     return node
 
 
-def _rank_local_plan_class(base: type[TreePlan]) -> type[TreePlan]:
+def _rank_local_plan_class(base: type[TreePlanner]) -> type[TreePlanner]:
     """A planner like ``base`` (the tree planner, never imported here: it imports this module) for one rank's
     per-rank value."""
 
@@ -120,7 +118,7 @@ def _rank_local_plan_class(base: type[TreePlan]) -> type[TreePlan]:
 
         per_rank_value = True
 
-        def __init__(self, value: Any, parent: TreePlan, depth: int, path: str) -> None:
+        def __init__(self, value: Any, parent: TreePlanner, depth: int, path: str) -> None:
             self._convert = parent._convert
             self._rank = parent._rank
             self.data = parent.data  # unused: no tag-6 array is planned here
@@ -157,12 +155,12 @@ def _rank_local_plan_class(base: type[TreePlan]) -> type[TreePlan]:
     return RankLocalPlan
 
 
-def _rank_local_plan(value: Any, parent: TreePlan, depth: int, path: str) -> TreePlan:
+def _rank_local_plan(value: Any, parent: TreePlanner, depth: int, path: str) -> TreePlanner:
     base = type(parent)
     made = _RANK_LOCAL.get(base)
     if made is None:
         made = _RANK_LOCAL[base] = _rank_local_plan_class(base)
-    plan: TreePlan = made(value, parent, depth, path)
+    plan: TreePlanner = made(value, parent, depth, path)
     return plan
 
 

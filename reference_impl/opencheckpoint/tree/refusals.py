@@ -13,13 +13,16 @@ from typing import Any
 import numpy as np
 
 from ..format.errors import UnsupportedValue
+from ..rules.tree import TREE
 
 
 def refuse(message: str, *, field: str | None = None, file: str | None = None) -> UnsupportedValue:
     """R-WTR-3, the one place it is reported: a writer that cannot represent a value fails (never writes a
     substitute); ``message`` says what would be lost and names the fix, ``field`` the value's tree path,
     ``file`` the file being written, where one is."""
-    return UnsupportedValue(message, file=file, field=field, rule="R-WTR-3")
+    error = TREE.error("R-WTR-3", message, file=file, field=field)
+    assert isinstance(error, UnsupportedValue)  # the class the table binds R-WTR-3 to (typed for the callers)
+    return error
 
 
 def lost_subclass(value: Any, path: str) -> UnsupportedValue:

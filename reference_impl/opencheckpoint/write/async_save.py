@@ -5,7 +5,9 @@ and takes a :mod:`snapshot <.snapshot>` of the plan (every array copied into
 host memory the plan owns: as many bytes as the state's arrays); a background
 thread then runs the write and commit stages (:func:`.pipeline.finish`), the
 same ones every save runs (staging, fsync, atomic rename; or the upload to an
-object store).
+object store, data objects first and ``manifest.json`` last). For an object
+store the target check (R-PUB-21: several requests) runs in that thread too,
+before the first upload, so the caller is never blocked by the network.
 
 Rules this module owns:
 
@@ -202,13 +204,19 @@ def _claim(handle: SaveHandle, key: str) -> None:
 
 
 def _plan(location: Path | FsPath, request: SaveRequest, handle: SaveHandle) -> SavePlan | None:
-    """The plan stage, the target checked first: a target refused fails the handle (None), as in the thread."""
+    """The plan stage, a local target checked first: a target refused fails the handle (None), as in the thread.
+
+    An object store's target is checked by the writer thread instead (:func:`_run`), before it uploads
+    anything: that check is several requests over the network (the prefix, its ancestors, a writer's
+    debris), which would block the training loop for as many round trips.
+    """
     target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
-    try:
-        target.check()
-    except Exception as exc:  # handed to wait()/result(), as any error of the background save
-        handle._settle(None, exc)
-        return None
+    if not isinstance(location, FsPath):
+        try:
+            target.check()
+        except Exception as exc:  # handed to wait()/result(), as any error of the background save
+            handle._settle(None, exc)
+            return None
     return stages.plan(target, request, check=False)
 
 
@@ -259,6 +267,8 @@ def _run(handle: SaveHandle, key: str, planned: SavePlan, progress: ProgressArg,
     _writer.handle = handle
     try:
         def save() -> Path | FsPath:
+            if isinstance(planned.target.location, FsPath):
+                planned.target.check()  # deferred from the caller's thread (:func:`_plan`); before any upload
             return finish(planned, progress=progress)
 
         path = save() if around is None else around(save)

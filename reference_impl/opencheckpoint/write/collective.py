@@ -28,21 +28,40 @@ staging directory (if it dies itself, the directory is debris the next save
 removes), the previous checkpoint at the target is untouched, and every surviving
 rank raises a :class:`~opencheckpoint.format.errors.CheckpointError` (a
 :class:`CollectiveError` when the group broke) within the collective's timeout.
+
+To an object store (``s3://``; no file system is shared): every rank writes into
+its own local scratch directory, and in step 2 each rank but the coordinator
+uploads its shard files straight to their final object names under its own
+writer marker (:class:`~opencheckpoint.remote.publish.RankUpload`) before it
+reports. The coordinator's commit (step 4) uploads its own files and
+``manifest.json`` last, so the manifest exists only once every rank's objects
+do (spec §12.7, R-PUB-22). A rank told the save failed deletes its objects and
+marker; a rank killed, or cut off from the outcome, leaves marked debris that
+the next save to the target removes (R-PUB-24). ``memory://`` is one process's
+memory: a collective save to it is refused unless every rank runs in the
+coordinator's process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..container.debris import process_token
 from ..container.staged import StagedCheckpoint
-from ..format.errors import UnsupportedValue
+from ..format.errors import CheckpointError, UnsupportedLocation, UnsupportedValue
+from ..remote.fspath import FsPath
 from ..sharding.collective import Collective, CollectiveError, error_from_json, error_to_json, from_json, to_json
 from ..sharding.sink import RankSink
 from ..tree.refusals import refuse
 from . import stages
 from .plan import SavePlan
+
+if TYPE_CHECKING:
+    from ..remote.publish import RankUpload
 
 __all__ = ["save_collective"]
 
@@ -50,7 +69,7 @@ __all__ = ["save_collective"]
 _DIGESTS = frozenset({"metadata", "producer"})
 
 
-def save_collective(target: Path, planned: SavePlan | None, collective: Collective, *,
+def save_collective(target: Path | FsPath, planned: SavePlan | None, collective: Collective, *,
                     failure: BaseException | None = None) -> None:
     """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere.
 
@@ -58,26 +77,31 @@ def save_collective(target: Path, planned: SavePlan | None, collective: Collecti
     whose plan's agreement differs from the coordinator's is refused like one saving to another path.
     """
     rank = collective.rank
-    staged, opening, refused = _open_staging(target, planned, failure) if rank == 0 else (None, None, None)
-    sink: RankSink | None = None
-    try:
+    upload: RankUpload | None = None
+    outcome: dict[str, Any] | None = None
+    with contextlib.ExitStack() as cleanup:  # closed in reverse: the sink, then the staging area
+        staged, opening, refused = _open_staging(target, planned, failure, cleanup) if rank == 0 else (None, None,
+                                                                                                         None)
         opened = from_json(collective.broadcast_bytes(None if opening is None else to_json(opening)),
                            "staging directory")
         if not opened["ok"]:
             raise refused or error_from_json(opened["error"])  # the coordinator re-raises its own error
         failure = failure or _differs(rank, target, planned, opened)
+        sink: RankSink | None = None
         if failure is not None or planned is None:
             failure = failure or CollectiveError(f"rank {rank} has no plan to write")
             records: dict[str, dict[str, Any]] = {}
             report = {"ok": False, "error": error_to_json(failure, rank)}
         else:
-            sink = RankSink(rank, Path(opened["staging"]), durable=planned.request.durable,
-                            world_size=collective.world_size)
+            sink = _rank_sink(rank, planned, opened, collective.world_size, cleanup)
             records, failure, report = _write_rank(planned, sink)
+            if failure is None and rank != 0 and isinstance(target, FsPath):
+                upload, failure, report = _upload_rank(target, sink)
+                if upload is not None:  # no outcome (the group broke): it cannot know whether the coordinator
+                    cleanup.callback(upload.abandon)  # published, so its objects stay, marked, for R-PUB-24 clean-up
         gathered = collective.gather_bytes(to_json(report))
         if sink is not None and rank != 0:
             shutil.rmtree(sink.root, ignore_errors=True)  # its scratch: removed while the coordinator publishes
-        outcome: dict[str, Any] | None = None
         if staged is not None:
             assert sink is not None and planned is not None  # the coordinator never differs from itself
             if gathered is None:
@@ -85,24 +109,63 @@ def save_collective(target: Path, planned: SavePlan | None, collective: Collecti
             outcome, coordinator_failure = _finish(planned, staged, sink, records, gathered, failure)
             failure = failure or coordinator_failure
         outcome = from_json(collective.broadcast_bytes(None if outcome is None else to_json(outcome)), "outcome")
-    finally:
-        if sink is not None and rank != 0:
-            shutil.rmtree(sink.root, ignore_errors=True)  # gone already, unless the gather failed
-        if sink is not None:
-            sink.close()
-        if staged is not None:
-            staged.__exit__(None, None, None)  # removes the staging directory unless it was published
+        if upload is not None:
+            upload.settle(published=outcome.get("ok") is True)
     if failure is not None:
         raise failure
+    assert outcome is not None
     if not outcome["ok"]:
         raise error_from_json(outcome["error"])
 
 
-def _differs(rank: int, target: Path, planned: SavePlan | None, opened: dict[str, Any]) -> UnsupportedValue | None:
+def _rank_sink(rank: int, planned: SavePlan, opened: dict[str, Any], world_size: int,
+               cleanup: contextlib.ExitStack) -> RankSink:
+    """This rank's sink: into the coordinator's staging directory (shared), or, to an object store, into a
+    local scratch directory of its own (the coordinator's is its staging area); removed when the save ends."""
+    remote = isinstance(planned.target.location, FsPath)
+    if remote and rank != 0:
+        staging = Path(tempfile.mkdtemp(prefix=f"opencheckpoint-rank-{rank:05d}-upload-"))
+        cleanup.callback(shutil.rmtree, staging, ignore_errors=True)
+    else:
+        staging = Path(opened["staging"])
+    sink = RankSink(rank, staging, durable=planned.request.durable and planned.target.durable, world_size=world_size)
+    if rank != 0:
+        cleanup.callback(shutil.rmtree, sink.root, ignore_errors=True)  # gone already, unless the gather failed
+    cleanup.callback(sink.close)
+    return sink
+
+
+def _upload_rank(target: FsPath, sink: RankSink) -> tuple[RankUpload | None, BaseException | None, dict[str, Any]]:
+    """Step 2 on an object store: this rank's shard files uploaded to their objects before it reports."""
+    from ..remote.failures import storage_errors
+    from ..remote.publish import RankUpload
+
+    objects = [f"{rel}/{name}" for rel, tree in sink.report.items() for name in tree["files"]]
+    upload = RankUpload(sink.staging, objects, target)
+    try:
+        with storage_errors(target, "save a checkpoint here"):
+            upload.upload()
+    except Exception as exc:  # uploaded objects withdrawn: reported, re-raised after the outcome
+        return None, exc, {"ok": False, "error": error_to_json(exc, sink.rank)}
+    return upload, None, {"ok": True, "trees": sink.report}
+
+
+def _process_local(target: FsPath) -> bool:
+    """Whether ``target``'s filesystem lives in this process's memory (fsspec's ``memory://``)."""
+    protocols = target.fs.protocol if isinstance(target.fs.protocol, tuple) else (target.fs.protocol,)
+    return "memory" in protocols
+
+
+def _differs(rank: int, target: Path | FsPath, planned: SavePlan | None,
+             opened: dict[str, Any]) -> CheckpointError | None:
     """The error of a rank whose path or plan's agreement is not the coordinator's, if they differ."""
     if opened["target"] != str(target):
         return UnsupportedValue(f"rank {rank} saves to {target}, the coordinator to {opened['target']}: "
                                 "every rank of a collective save passes the same path", field="path")
+    if isinstance(target, FsPath) and _process_local(target) and opened.get("process") != process_token():
+        return UnsupportedLocation(f"{target.fs.protocol!r} is the memory of one process: a collective save over "
+                                   "several processes needs a store every process reaches (s3://, gs://, ...)",
+                                   file=str(target))
     arguments = {} if planned is None else planned.agreement()
     theirs = opened.get("arguments", {})
     names = sorted(name for name in set(arguments) | set(theirs) if arguments.get(name) != theirs.get(name))
@@ -116,22 +179,24 @@ def _differs(rank: int, target: Path, planned: SavePlan | None, opened: dict[str
     return None
 
 
-def _open_staging(target: Path, planned: SavePlan | None, failure: BaseException | None,
+def _open_staging(target: Path | FsPath, planned: SavePlan | None, failure: BaseException | None,
+                  cleanup: contextlib.ExitStack,
                   ) -> tuple[StagedCheckpoint | None, dict[str, Any], BaseException | None]:
-    """Coordinator, step 1: the entered staging checkpoint and the message announcing it (with the plan's
-    agreement), or the refusal (message and error): its plan's failure, or the target's."""
+    """Coordinator, step 1: the entered staging checkpoint (left by ``cleanup``) and the message announcing it
+    (with the plan's agreement), or the refusal (message and error): its plan's failure, or the target's."""
     if planned is None:
         assert failure is not None
         return None, {"ok": False, "error": error_to_json(failure, 0)}, failure
-    staged = planned.target.open()
-    assert isinstance(staged, StagedCheckpoint)
+    area = planned.target.open()
     try:
-        staged.__enter__()
+        staged = cleanup.enter_context(area)
     except Exception as exc:  # the other ranks wait for this message: they get the error instead
-        staged.__exit__(None, None, None)
+        if isinstance(area, StagedCheckpoint):
+            area.__exit__(None, None, None)  # what a failed entry left (its working name) goes
         return None, {"ok": False, "error": error_to_json(exc, 0)}, exc
+    assert isinstance(staged, StagedCheckpoint)
     return staged, {"ok": True, "staging": str(staged.directory), "target": str(target),
-                    "arguments": planned.agreement()}, None
+                    "arguments": planned.agreement(), "process": process_token()}, None
 
 
 def _write_rank(planned: SavePlan, sink: RankSink,

@@ -49,10 +49,7 @@ def open_target(location: Path | FsPath, *, form: str, durable: bool, overwrite:
 
 
 def check_collective(target: Target) -> None:
-    """A collective save writes the directory form of a local path only."""
-    if not isinstance(target, LocalTarget):
-        raise UnsupportedValue("a collective (multi-rank) save writes to a local (or shared) file system path",
-                               field="path")
+    """A collective save writes the directory form, to a local (shared) path or an object store."""
     if target.form != "directory":
         raise UnsupportedValue("a collective save writes the directory form only", field="format")
 
@@ -82,7 +79,6 @@ def _save_as_rank(location: Path | FsPath, request: SaveRequest, collective: Col
     staging directory); a rank whose plan fails reports it to the others instead of leaving them waiting."""
     target = open_target(location, form=request.form, durable=request.durable, overwrite=request.overwrite)
     check_collective(target)  # every rank refuses the same arguments alike, before any collective step
-    assert isinstance(target, LocalTarget)
     try:
         planned = stages.plan(target, request, rank=collective.rank, world_size=collective.world_size,
                               check=collective.rank == 0)
@@ -101,7 +97,6 @@ def finish(planned: SavePlan, *, collective: Collective | None = None, progress:
     target = planned.target
     with reporting(progress, planned.nbytes, f"saving {target.location.name}"):
         if collective is not None:
-            assert isinstance(target, LocalTarget)
             save_collective(target.location, planned, collective)
         else:
             with target.open() as staging:

@@ -20,10 +20,10 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from ...container.output_file import check_output_file, write_output_file
 from ...progress import ProgressArg, advance, files_bytes, reporting
 from ...read.reader import CheckpointReader
 from ...tree.nodes import NamedTupleValue
-from ..output_file import check_output_file, write_output_file
 from ._common import ConversionError, require
 from .safetensors_file import is_safetensors
 from .torch_file import is_torch_file
