@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 EXTRAS := torch,jax,peers,docs,dev,remote,lightning,hf
 
 .PHONY: demo test test-long venv lint schemas conformance conformance-regenerate bench bench-quick fuzz docs clean \
-	ts-build ts-test ts-conformance ts-browser-test chromium
+	ts-build ts-test ts-conformance ts-browser-test ts-browser-test-big chromium
 
 # constraints.txt pins the exact versions CI needs (torch's CPU build on disk, the JAX stack the frozen
 # conformance cases were made with, the linters); pyproject.toml keeps ranges for users.
@@ -79,6 +79,11 @@ ts-conformance: $(STAMP) ts-build
 
 ts-browser-test: $(STAMP) ts-build chromium
 	cd $(TS) && OC_PYTHON=$(abspath $(PY)) node --test test-browser/*.test.mjs
+
+# The viewer on a 1 GiB archive (OC_VIEWER_BIG_MIB=N for another size): every viewer promise at that size and
+# the renderer's memory against a 16 MiB archive (docs/viewer.md). Minutes and 1 GiB of disk: not part of `make test`.
+ts-browser-test-big: $(STAMP) ts-build chromium
+	cd $(TS) && OC_PYTHON=$(abspath $(PY)) node --test --test-timeout=1800000 test-browser/big/*.test.mjs
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

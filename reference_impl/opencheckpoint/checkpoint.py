@@ -40,7 +40,7 @@ from .remote.fspath import FsPath
 from .sharding.agreement import agreement
 from .sharding.collective import Collective
 from .write import pipeline
-from .write.async_save import SaveHandle, save_in_background, wait_for_target
+from .write.async_save import SaveHandle, refuse_when_finalizing, save_in_background, wait_for_target
 from .write.plan import ComponentSpec, SaveRequest
 
 CheckpointFormat = Literal["directory", "archive"]
@@ -242,6 +242,7 @@ class Checkpoint:
                  component_options: Mapping[str, CheckpointOptions] | None) -> SaveRequest:
         """A save's arguments resolved: the components, each with its adapter and merged options (usage errors
         raise here, before anything is written), and the manifest fields (the metadata checked and copied)."""
+        refuse_when_finalizing(self)
         output = self._output(format)
         names = self._selection(self.save_components if components is None else components)
         options = self._save_options(names, component_options)
@@ -280,6 +281,7 @@ class Checkpoint:
             >>> read_component(handle.result(), "weights")["w"].tolist(), handle.done()
             ([1.0, 1.0, 1.0], True)
         """
+        refuse_when_finalizing(path)
         if resolve_collective(None, DEFAULT_TIMEOUT) is not None:
             # Collectives from a background thread would race the training loop's own on the same group.
             raise UnsupportedValue("save_async is not supported in a multi-process job (torch.distributed or "

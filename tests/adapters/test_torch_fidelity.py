@@ -226,6 +226,22 @@ def test_torch_size_device_and_dtype_come_back_as_the_live_types(tmp_path: Path)
     assert live["device"] == torch.device("cpu") and live["dtype"] is torch.bfloat16
 
 
+def test_a_device_and_a_parameter_in_a_plain_dict_come_back_as_documented(tmp_path: Path) -> None:
+    # docs/guarantees-in-detail.md: with no live value of the type, a str and a plain tensor; with one, the type.
+    value = {"device": torch.device("cuda", 1), "p": nn.Parameter(torch.ones(2)),
+             "g": torch.ones(2, requires_grad=True)}
+    path = Checkpoint(cfg=value, durable=False).save(tmp_path / "ckpt")
+    read = read_component(path, "cfg", framework="torch")
+    assert read["device"] == "cuda:1" and type(read["device"]) is str
+    assert type(read["p"]) is torch.Tensor and not read["p"].requires_grad and read["p"].tolist() == [1.0, 1.0]
+    assert type(read["g"]) is torch.Tensor and not read["g"].requires_grad
+    live = {"device": torch.device("cpu"), "p": nn.Parameter(torch.zeros(2)), "g": torch.zeros(2, requires_grad=True)}
+    Checkpoint(cfg=live).load(path)
+    assert live["device"] == torch.device("cuda", 1) and type(live["device"]) is torch.device
+    assert type(live["p"]) is nn.Parameter and live["p"].requires_grad and live["p"].tolist() == [1.0, 1.0]
+    assert live["g"].requires_grad and live["g"].tolist() == [1.0, 1.0]
+
+
 def test_tensordict_nested_in_a_plain_dict_is_refused_naming_the_adapter(tmp_path: Path) -> None:
     pytest.importorskip("tensordict")
     from tensordict import TensorDict

@@ -3,8 +3,10 @@
 ``python -X importtime`` lists every module a run imports; the test reads that list from a real
 ``python -m opencheckpoint`` subprocess. ``--help`` needs only the parser: no NumPy, pydantic, rich,
 ml_dtypes or framework. ``inspect``, ``validate`` and ``ls`` read manifests and trees: NumPy and
-pydantic, but never a framework or ml_dtypes (whose import alone costs more CPU than NumPy's).
-The CPU times these lists stand for are measured in docs/benchmarks.md ("Start-up").
+pydantic, but never a framework or ml_dtypes (whose import alone costs more CPU than NumPy's), nor
+the save path (the writer's modules, ``RunCheckpointer``), nor :mod:`importlib.metadata` (which the
+``crc32c`` package's ``__init__`` and pydantic's model building import). The CPU times these lists
+stand for are measured by ``benchmarks/cli_startup.py`` (docs/benchmarks.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -25,17 +27,28 @@ FRAMEWORKS = ("torch", "jax", "jaxlib", "flax", "optax", "orbax", "tensorflow", 
 HEAVY = (*FRAMEWORKS, "numpy", "pydantic", "pydantic_core", "rich", "msgpack", "crc32c")
 
 
-def imported(*args: str) -> set[str]:
-    """The top-level packages a ``python -m opencheckpoint ARGS`` run imports."""
+#: Modules of the save path and of start-up costs that a command which only reads must not import.
+WRITE_SIDE = ("opencheckpoint.write", "opencheckpoint.tree.encode", "opencheckpoint.tree.datafile",
+              "opencheckpoint.tree.shard_plan", "opencheckpoint.container.writeback",
+              "opencheckpoint.container.staged", "opencheckpoint.container.publish", "opencheckpoint.checkpoint",
+              "opencheckpoint.run.checkpointer", "opencheckpoint.run.rotation", "opencheckpoint.adapters",
+              "importlib.metadata")
+
+
+def imported_modules(*args: str) -> set[str]:
+    """Every module a ``python -m opencheckpoint ARGS`` run imports, by its full name."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "opencheckpoint", *args], capture_output=True,
                           text=True, check=False, timeout=300)
     assert done.returncode in (0, 1), done.stderr[-2000:]
-    names = set()
-    for line in done.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
-    assert "opencheckpoint" in names  # the list is real: the package itself is in it
+    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+             if line.startswith("import time:") and "|" in line}
+    assert "opencheckpoint.cli.main" in names  # the list is real: the command line itself is in it
     return names
+
+
+def imported(*args: str) -> set[str]:
+    """The top-level packages a ``python -m opencheckpoint ARGS`` run imports."""
+    return {name.split(".")[0] for name in imported_modules(*args)}
 
 
 def test_help_imports_nothing_heavy() -> None:
@@ -55,3 +68,12 @@ def test_read_commands_import_no_framework(run_dir: Path, command: str) -> None:
     target = run_dir if command == "ls" else next(run_dir.glob("checkpoint-*"))
     names = imported(command, str(target))
     assert not names & set(FRAMEWORKS), sorted(names & set(FRAMEWORKS))
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "ls"])
+def test_read_commands_import_no_save_path(run_dir: Path, command: str) -> None:
+    target = run_dir if command == "ls" else next(run_dir.glob("checkpoint-*"))
+    names = imported_modules(command, str(target))
+    assert "opencheckpoint.read.steps" in names  # it did read the checkpoint
+    found = sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in WRITE_SIDE))
+    assert found == [], found

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from cli_in_process import run_cli
 
+import opencheckpoint
 from opencheckpoint import (
     Checkpoint,
     CheckpointError,
@@ -80,6 +81,27 @@ def test_ls_unknown_metric_exits_1_and_lists_the_recorded_keys(tmp_path: Path) -
     assert done.returncode == 1 and done.stdout == ""
     assert "'los'" in done.stderr and "loss, reward" in done.stderr
     assert run_cli("ls", str(tmp_path), "--metric", "loss").returncode == 0
+
+
+def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path: Path) -> None:
+    """A run saved with ``metadata={"loss": ...}`` (no keep_best) lists its losses by default, the final save's
+    too (issue 24, item 1: ``ls`` showed ``-`` for every checkpoint unless ``--metric`` was given)."""
+    from opencheckpoint.run import RunCheckpointer
+
+    state = {"w": np.zeros(2)}
+    with RunCheckpointer(Checkpoint(state=state), tmp_path / "run", interval=10, keep_last=2) as checkpointer:
+        for step in range(1, 26):
+            checkpointer.save(step, metadata={"loss": step / 100})
+    done = run("ls", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()[:3]
+    assert header.split("\t")[4] == "loss"
+    assert [(r.split("\t")[1], r.split("\t")[4], r.split("\t")[6]) for r in rows] == [
+        ("20", "0.2", ""), ("25", "0.25", "latest")]  # the final save's loss; no best: min or max is not said
+    assert "--metric loss" in done.stdout
+    two = Rotation(tmp_path / "two", keep_last=3)  # two numbers recorded: which one is the metric is not guessed
+    two.save(Checkpoint(x={"a": 1}), 1, metadata={"loss": 0.5, "reward": 1.0})
+    assert run("ls", str(tmp_path / "two")).stdout.splitlines()[1].split("\t")[4] == "-"
 
 
 def test_every_view_of_the_manifest_says_the_files_format_version(tmp_path: Path) -> None:
@@ -158,8 +180,10 @@ def test_a_foreign_file_says_what_it_is_and_points_to_convert(tmp_path: Path, ki
     assert inspected.returncode == 1 and said in inspected.stderr and "opencheckpoint convert" in inspected.stderr
     validated = run_cli("validate", str(path))
     assert validated.returncode == 1 and said in validated.stdout and "opencheckpoint convert" in validated.stdout
-    with pytest.raises(CheckpointError, match=f"this is {said}: `opencheckpoint convert"):
+    with pytest.raises(CheckpointError, match=f"this is {said}: `opencheckpoint convert") as raised:
         Checkpoint(model={"w": np.zeros(2)}).load(path)
+    # The Python function the hint names exists (it once named a module that did not).
+    assert "(or opencheckpoint.convert(SRC, DST))" in str(raised.value) and callable(opencheckpoint.convert)
 
 
 def test_a_zip_whose_manifest_member_is_cut_short_is_a_checkpoint_error_not_a_crash(tmp_path: Path) -> None:

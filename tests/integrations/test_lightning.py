@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import struct
 import subprocess
 import sys
 from collections import OrderedDict, namedtuple
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -28,7 +29,7 @@ L = pytest.importorskip("lightning")
 import lightning_train  # noqa: E402  (tests/integrations, on pytest's pythonpath)
 
 from opencheckpoint import Checkpoint, manifest, validate  # noqa: E402
-from opencheckpoint.format.errors import CheckpointError, TargetExists, UnsupportedValue  # noqa: E402
+from opencheckpoint.format.errors import CheckpointError, LimitExceeded, TargetExists, UnsupportedValue  # noqa: E402
 from opencheckpoint.integrations.lightning import OpenCheckpointIO  # noqa: E402
 from opencheckpoint.integrations.lightning_io import MARK_KEY  # noqa: E402
 
@@ -231,6 +232,92 @@ def test_the_standalone_pytorch_lightning_package_checkpoints_through_its_own_cl
     resumed = fit(2, "last")
     assert resumed.ckpt_path == str(last) and resumed.global_step == STEPS
     assert PlainIO().load_checkpoint(last)["global_step"] == STEPS
+
+
+@pytest.mark.parametrize("form", ["archive", "directory"])
+def test_a_save_replaces_only_a_checkpoint_the_plugin_wrote(tmp_path: Path,
+                                                            form: Literal["archive", "directory"]) -> None:
+    """Another writer's checkpoint at the path (a plain ``Checkpoint.save``) is refused with TargetExists naming
+    the path and left whole, in either form and whichever form the plugin writes; the plugin's own is replaced."""
+    target = tmp_path / "epoch=0-step=4.ckpt"
+    Checkpoint(precious={"w": torch.arange(3.0)}).save(target, format=form)
+    for io in (OpenCheckpointIO(), OpenCheckpointIO(format="directory")):
+        with pytest.raises(TargetExists, match=r"refusing to replace.*nothing was written") as refused:
+            io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, target)
+        assert refused.value.file == str(target)
+        assert validate(target).ok and list(manifest(target)["components"]) == ["precious"]
+    ours = tmp_path / "last.ckpt"
+    io = OpenCheckpointIO(format=form)
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(1)}, "epoch": 0}, ours)
+    io.save_checkpoint({"state_dict": {"w": torch.ones(1)}, "epoch": 1}, ours)
+    assert io.load_checkpoint(ours)["epoch"] == 1
+
+
+def _crafted(path: Path, weights: dict[str, Any] | None, trainer: dict[str, Any]) -> Path:
+    """A checkpoint that validates and carries the plugin's mark, its documents written by hand."""
+    components: dict[str, Any] = {"trainer": trainer} if weights is None else {"state_dict": weights,
+                                                                               "trainer": trainer}
+    Checkpoint(**components).save(path, format="archive", metadata={MARK_KEY: {"version": 1, "state_dict_at": 0}})
+    assert validate(path).ok
+    return path
+
+
+def _document(value: Any, **recorded: Any) -> dict[str, Any]:
+    return {"value": value, "attributes": [], "ordered": [], "numpy": [], **recorded}
+
+
+@pytest.mark.parametrize("case, field, message", [
+    ("trainer_a_list", "$.value", "'trainer' component holds a list"),
+    ("attribute_keys", "$.attributes[0]", "only torch's state_dict()._metadata is kept, not 'keys'"),
+    ("metadata_a_number", "$.attributes[0]", "_metadata is not torch's mapping"),
+    ("state_dict_twice", "$.value.state_dict", "duplicate key 'state_dict'"),
+    ("no_state_dict", f"$.metadata['{MARK_KEY}'].state_dict_at", "'state_dict': a position but no component"),
+])
+def test_a_crafted_checkpoint_is_refused_naming_the_file_and_field(tmp_path: Path, case: str, field: str,
+                                                                   message: str) -> None:
+    """Hostile documents in a valid, marked checkpoint: a CheckpointError naming file and field, never a raw
+    exception, an attribute set from the file, or one of two ``state_dict`` s chosen silently."""
+    weights = {"w": torch.ones(2).numpy()}
+    documents = {
+        "trainer_a_list": (_document(weights), _document([1, 2])),
+        "attribute_keys": (_document(weights, ordered=[["value"]], attributes=[[["value"], "keys", 5]]),
+                           _document({"epoch": 1})),
+        "metadata_a_number": (_document(weights, ordered=[["value"]], attributes=[[["value"], "_metadata", 5]]),
+                              _document({"epoch": 1})),
+        "state_dict_twice": (_document(weights), _document({"state_dict": weights, "epoch": 1})),
+        "no_state_dict": (None, _document({"epoch": 1})),
+    }
+    path = _crafted(tmp_path / f"{case}.ckpt", *documents[case])
+    with pytest.raises(CheckpointError, match=re.escape(message)) as refused:
+        OpenCheckpointIO().load_checkpoint(path)
+    assert (refused.value.file, refused.value.field) == (str(path), field)
+
+
+def test_only_torchs_metadata_attribute_is_saved(tmp_path: Path) -> None:
+    """What a load would refuse is refused at save, naming the key: another attribute, another _metadata shape."""
+    target = tmp_path / "refused.ckpt"
+    for name, value in (("note", "x"), ("_metadata", {"": {"version": torch.ones(1)}})):
+        extra: OrderedDict[str, int] = OrderedDict(a=1)
+        setattr(extra, name, value)
+        with pytest.raises(UnsupportedValue, match=rf"'extra'.*attribute '{name}'"):
+            OpenCheckpointIO().save_checkpoint({"extra": extra}, target)
+    assert not target.exists()
+
+
+def test_a_value_containing_itself_is_refused_as_the_core_refuses_it(tmp_path: Path) -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    target = tmp_path / "loop.ckpt"
+    with pytest.raises(LimitExceeded, match="nested deeper than 128"):
+        OpenCheckpointIO().save_checkpoint({"state_dict": {}, "hyper_parameters": {"x": loop}}, target)
+    with pytest.raises(LimitExceeded, match="nested deeper than 128"):
+        Checkpoint(cfg={"x": loop}).save(tmp_path / "core")
+    assert not target.exists()
+    deep: list[Any] = [0]
+    for _ in range(100):  # deep, within the limit: kept
+        deep = [deep]
+    OpenCheckpointIO().save_checkpoint({"hyper_parameters": {"x": deep}}, target)
+    assert OpenCheckpointIO().load_checkpoint(target)["hyper_parameters"]["x"] == deep
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["async_save", "AsyncCheckpointIO"])

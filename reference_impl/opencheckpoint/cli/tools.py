@@ -122,7 +122,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table("name", "step", "created", "size", args.metric or "metric", "valid", "")
+    table = Table("name", "step", "created", "size", args.metric or listing.shown_metric or "metric", "valid", "")
     for entry in listing.entries:
         marks = [m for m, p in (("latest", listing.latest), ("best", listing.best)) if p == entry.path]
         table.add_row(entry.path.name, str(entry.step), entry.created_at or "-", _human(entry.size),
@@ -133,6 +133,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     out.print(f"latest: {listing.latest or '-'}", markup=False)
     if args.metric:
         out.print(f"best ({args.metric}, {args.mode}): {listing.best or '-'}", markup=False)
+    elif listing.shown_metric:  # shown, not ranked: whether lower or higher is better is for --mode to say
+        out.print(f"best: pass --metric {listing.shown_metric} (lowest) or add --mode max (highest)", markup=False)
     return 0
 
 

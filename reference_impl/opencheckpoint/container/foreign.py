@@ -13,7 +13,7 @@ numbers, and a ZIP's central directory is listed by :mod:`zipfile`.
 >>> with zipfile.ZipFile(os.path.join(folder, "model.pt"), "w") as archive:
 ...     archive.writestr("model/data.pkl", b"\\x80\\x02.")
 >>> describe_foreign(os.path.join(folder, "model.pt"))
-'a torch.save file: `opencheckpoint convert SRC DST` (or opencheckpoint.converters.convert) converts it'
+'a torch.save file: `opencheckpoint convert SRC DST` (or opencheckpoint.convert(SRC, DST)) converts it'
 >>> describe_foreign(folder) is None
 True
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 #: The hint every convertible format ends with.
-CONVERT: Final = "`opencheckpoint convert SRC DST` (or opencheckpoint.converters.convert) converts it"
+CONVERT: Final = "`opencheckpoint convert SRC DST` (or opencheckpoint.convert(SRC, DST)) converts it"
 #: Bytes a format starts with -> what it is (formats ``convert`` does not read: said, without the hint).
 _MAGIC: Final = (
     (b"\x93NUMPY", "a NumPy .npy file (np.load reads it; it is not a checkpoint)"),

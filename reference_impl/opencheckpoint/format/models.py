@@ -67,9 +67,16 @@ def _optional(description: str) -> Any:
 
 
 class _Document(BaseModel):
-    """Base: closed member sets, strict types (no "1" -> 1 coercion), frozen values."""
+    """Base: closed member sets, strict types (no "1" -> 1 coercion), frozen values.
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    ``defer_build``: pydantic builds a model's validator when it first validates, not when the class is
+    defined. Readers make their records with ``model_construct`` (every rule is checked by
+    :mod:`opencheckpoint.format.manifest`), so the read path never builds one: building them all, and
+    loading pydantic's plugins through ``importlib.metadata``, was a third of ``opencheckpoint inspect``'s
+    CPU time (docs/benchmarks.md, "Start-up").
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)  # inherited
 
 
 class FileEntry(_Document):

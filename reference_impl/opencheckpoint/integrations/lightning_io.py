@@ -36,6 +36,7 @@ from ..read.reader import CheckpointReader
 from ..remote.fspath import FsPath
 from ..run.rotation_store import store_for
 from ..sharding.collective import LocalCollective
+from ..write.async_save import wait_for_target
 from .lightning_state import from_document, to_document
 
 logger = logging.getLogger("opencheckpoint.integrations.lightning")
@@ -52,8 +53,10 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
                          durable: bool = True, background: bool = False) -> Any:
     """Save a Lightning checkpoint dict at ``path`` atomically (the old checkpoint there stays until then).
 
-    Replaces only a checkpoint (R-PUB-16): a ``torch.save`` file or a folder of
-    the user's at ``path`` raises :class:`TargetExists`. A value that would not
+    Replaces only a checkpoint this integration wrote (the rule of
+    :func:`remove_checkpoint`): a ``torch.save`` file, a folder of the user's, a
+    checkpoint of another writer at ``path`` raises :class:`TargetExists` naming
+    it and stays as it was. A value that would not
     come back exactly raises :class:`UnsupportedValue` naming its key, before
     anything on disk changes. One process writes (Lightning calls its
     ``CheckpointIO`` on global rank 0 only), so the save never waits for the
@@ -61,6 +64,9 @@ def save_checkpoint_dict(checkpoint: dict[str, Any], path: PathArg, *,
     a thread (:meth:`Checkpoint.save_async`); returns its ``SaveHandle``.
     """
     components, metadata = _components(checkpoint, path)
+    location = resolve_location(path)
+    wait_for_target(location)  # a save to it still in flight publishes first: then what is there is looked at
+    _require_ours(location, str(path), "replace", "nothing was written")
     saver = Checkpoint(format=format, sha256=sha256, durable=durable, **components)
     try:
         if background:
@@ -128,13 +134,31 @@ def load_checkpoint_dict(path: PathArg, map_location: Any = None) -> dict[str, A
     with CheckpointReader(path) as reader:
         where = str(path)
         mark = _mark(reader.manifest, where)
-        rest = from_document(reader.read(TRAINER, framework="torch", map_location=map_location), file=where)
-        if "state_dict_at" not in mark:
+        rest = _trainer_keys(from_document(reader.read(TRAINER, framework="torch", map_location=map_location),
+                                           file=where), where)
+        has_weights = WEIGHTS in (reader.manifest.get("components") or {})
+        if has_weights != ("state_dict_at" in mark):
+            found = "a component but no position" if has_weights else "a position but no component"
+            raise IncompatibleComponent(f"{WEIGHTS!r}: {found} (the plugin writes both or neither)", file=where,
+                                        field=f"$.metadata['{MARK_KEY}'].state_dict_at")
+        if not has_weights:
             return dict(rest)
         weights = from_document(reader.read(WEIGHTS, framework="torch", map_location=map_location), file=where)
     keys = list(rest)
     keys.insert(min(mark["state_dict_at"], len(keys)), WEIGHTS)
     return {key: weights if key == WEIGHTS else rest[key] for key in keys}
+
+
+def _trainer_keys(rest: Any, where: str) -> dict[Any, Any]:
+    """The ``trainer`` component's value, checked: a dict (what the plugin writes) without ``state_dict``
+    (kept in its own component: a second one there would silently shadow it, or be shadowed)."""
+    if type(rest) is not dict:
+        raise IncompatibleComponent(f"the {TRAINER!r} component holds a {type(rest).__name__}, not the dict of "
+                                    "a Lightning checkpoint's keys", file=where, field="$.value")
+    if WEIGHTS in rest:
+        raise IncompatibleComponent(f"duplicate key {WEIGHTS!r}: the {TRAINER!r} component holds one, but the "
+                                    f"weights are the {WEIGHTS!r} component's", file=where, field=f"$.value.{WEIGHTS}")
+    return rest
 
 
 def _mark(manifest: dict[str, Any], where: str) -> dict[str, Any]:
@@ -147,8 +171,8 @@ def _mark(manifest: dict[str, Any], where: str) -> dict[str, Any]:
             f"not a Lightning checkpoint written by OpenCheckpointIO (no {MARK_KEY!r} version {_MARK_VERSION} in "
             f"its metadata; its components: {components}): load it with opencheckpoint.Checkpoint.load or "
             "read_component", file=where)
-    at = mark.get("state_dict_at")
-    if at is not None and not (type(at) is int and at >= 0):
+    at = mark.get("state_dict_at", 0)
+    if not (type(at) is int and at >= 0):
         raise IncompatibleComponent(f"{MARK_KEY}.state_dict_at is not a position: {at!r}", file=where)
     return mark
 
@@ -165,19 +189,27 @@ def remove_checkpoint(path: PathArg) -> None:
     crash never leaves half of one under its name. Nothing at ``path``: nothing to do.
     """
     location = resolve_location(path)
+    if not _require_ours(location, str(path), "delete", "nothing was deleted"):
+        logger.info("nothing to remove at %s", path)
+        return
+    store_for(location).delete(location)
+
+
+def _require_ours(location: Any, where: str, action: str, outcome: str) -> bool:
+    """Whether something is at ``location``; raise :class:`TargetExists` (``refusing to <action>``) when it is
+    not a checkpoint carrying :data:`MARK_KEY`: what a save replaces and a removal deletes, one rule."""
     if isinstance(location, FsPath):
         exists = location.fs.exists(location.key("manifest.json")) or location.fs.exists(location.path)
     else:
         exists = os.path.lexists(location)
     if not exists:
-        logger.info("nothing to remove at %s", path)
-        return
+        return False
     try:
         with CheckpointReader(location) as reader:
-            _mark(reader.manifest, str(path))
+            _mark(reader.manifest, where)
     except NotACheckpoint as exc:
-        raise TargetExists(f"refusing to delete: not an OpenCheckpoint checkpoint ({exc.message}); nothing was "
-                           "deleted", file=str(path)) from None
+        raise TargetExists(f"refusing to {action}: not an OpenCheckpoint checkpoint ({exc.message}); {outcome}",
+                           file=where) from None
     except CheckpointError as exc:
-        raise TargetExists(f"refusing to delete: {exc.message}; nothing was deleted", file=str(path)) from None
-    store_for(location).delete(location)
+        raise TargetExists(f"refusing to {action}: {exc.message}; {outcome}", file=where) from None
+    return True

@@ -6,8 +6,10 @@ bring back (R-WTR-3), naming the key path. Three things it keeps only in part ar
 recorded beside the value here, so that the dict a load returns is the one saved:
 
 - an ``OrderedDict`` (stored as a plain dict, spec §8.3): its path, under ``"ordered"``;
-- a mapping's instance attributes (torch's ``state_dict()._metadata``, the module
-  versions ``load_state_dict`` reads): ``[path, name, value]`` under ``"attributes"``;
+- torch's ``state_dict()._metadata`` (the module versions ``load_state_dict`` reads),
+  the one instance attribute of an ``OrderedDict`` kept, in the one shape torch gives
+  it (module name to a dict of plain values): ``[path, "_metadata", value]`` under
+  ``"attributes"``; any other attribute is refused at save, and at load;
 - a NumPy array among torch tensors (a read gives every array in one framework): its
   path, under ``"numpy"``.
 
@@ -37,6 +39,13 @@ from typing import Any
 import numpy as np
 
 from ..format.errors import IncompatibleComponent, UnsupportedValue
+from ..format.limits import TREE_MAX_DEPTH
+from ..rules import required
+from ..rules.tree import TREE
+
+#: The one ``OrderedDict`` attribute kept: torch's ``state_dict()._metadata``.
+METADATA = "_metadata"
+_PLAIN = (type(None), bool, int, float, str)
 
 #: The members of a document, in the order :func:`to_document` writes them.
 DOCUMENT_KEYS = ("value", "attributes", "ordered", "numpy")
@@ -55,15 +64,23 @@ class _Recorder:
     def walk(self, node: Any, path: Path) -> Any:
         kind = type(node)
         if kind is dict or kind is OrderedDict:
+            if len(path) >= TREE_MAX_DEPTH:  # as the codec would (a value containing itself included)
+                raise required(TREE.check("R-LIM-10", render(path), len(path) + 1))
             if kind is OrderedDict:
                 self.ordered.append(path)
                 for name in sorted(vars(node)):
+                    problem = attribute_problem(name, getattr(node, name))
+                    if problem:
+                        raise UnsupportedValue(f"cannot store this OrderedDict's attribute {name!r}: {problem}",
+                                               field=render(path))
                     entry: list[Any] = [path, name, None]
                     index = len(self.attributes)
                     self.attributes.append(entry)
                     entry[2] = self.walk(getattr(node, name), ["attributes", index, 2])
             return {key: self.walk(item, [*path, key]) for key, item in node.items()}
         if kind is list or kind is tuple:
+            if len(path) >= TREE_MAX_DEPTH:
+                raise required(TREE.check("R-LIM-10", render(path), len(path) + 1))
             return kind(self.walk(item, [*path, index]) for index, item in enumerate(node))
         if isinstance(node, tuple):
             raise UnsupportedValue(
@@ -99,16 +116,39 @@ def from_document(document: Any, *, file: str | None = None) -> Any:
         document = _replace(document, _checked_path(path, file), _as_numpy, file)
     for path in document["ordered"]:
         document = _replace(document, _checked_path(path, file), _as_ordered, file)
-    for entry in document["attributes"]:
-        if not (type(entry) is list and len(entry) == 3 and type(entry[1]) is str
-                and entry[1].isidentifier() and not entry[1].startswith("__")):
-            raise IncompatibleComponent(f"attribute entry is not [path, name, value]: {entry!r:.200}", file=file)
+    for index, entry in enumerate(document["attributes"]):
+        field = f"$.attributes[{index}]"
+        if not (type(entry) is list and len(entry) == 3 and type(entry[1]) is str):
+            raise IncompatibleComponent(f"attribute entry is not [path, name, value]: {entry!r:.200}", file=file,
+                                        field=field)
+        problem = attribute_problem(entry[1], entry[2])
+        if problem:
+            raise IncompatibleComponent(problem, file=file, field=field)
         owner = _follow(document, _checked_path(entry[0], file), file)
-        if type(owner) is not OrderedDict:
-            raise IncompatibleComponent(f"attribute {entry[1]!r} belongs to {entry[0]!r}, which is not an "
-                                        "OrderedDict", file=file)
+        if type(owner) is not OrderedDict or entry[0][0] != "value" or hasattr(owner, entry[1]):
+            raise IncompatibleComponent(f"attribute {entry[1]!r} belongs to {entry[0]!r:.200}, which is not an "
+                                        "OrderedDict of the value without one", file=file, field=field)
         setattr(owner, entry[1], entry[2])
     return document["value"]
+
+
+def attribute_problem(name: str, value: Any) -> str | None:
+    """What is wrong with an ``OrderedDict``'s attribute to store or to set back; None for torch's ``_metadata``.
+
+    >>> attribute_problem("_metadata", {"": {"version": 1}, "net.0": {"version": None}}) is None
+    True
+    >>> attribute_problem("keys", 5)
+    "only torch's state_dict()._metadata is kept, not 'keys'"
+    """
+    if name != METADATA:
+        return f"only torch's state_dict()._metadata is kept, not {name!r:.100}"
+    if not (type(value) in (dict, OrderedDict) and all(
+            type(module) is str and type(entry) is dict
+            and all(type(key) is str and type(item) in _PLAIN for key, item in entry.items())
+            for module, entry in value.items())):
+        return (f"{METADATA} is not torch's mapping of module names to dicts of plain values "
+                "(None, bool, int, float, str)")
+    return None
 
 
 def render(path: Path) -> str:

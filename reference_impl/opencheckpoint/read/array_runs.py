@@ -19,17 +19,15 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import add, attrgetter
 
-import crc32c as _crc32c_module
 import numpy as np
 
 from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError
+from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import format_crc32c
 from ..rules.tree import TREE
 from ..tree.nodes import ArrayRef
-
-_crc32c = _crc32c_module.crc32c
 
 #: Arrays up to this size are read together, many per system call.
 SMALL_BYTES = 64 << 10

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-import crc32c as _crc32c_module
 import numpy as np
 
 from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
+from ..format.integrity import crc32c as _crc32c
 from ..tree.decode import materialize
 from ..tree.nodes import ArrayRef, DtypeValue, PRNGKeyValue, ShardedArrayRef
 from .array_runs import bool_error, check_crc
@@ -39,7 +39,6 @@ CHUNK_BYTES: Final = 1 << 20
 #: The leaves that are arrays: stored nodes, sharded handles, arrays in memory (a migrated payload).
 ARRAYS: Final = (ArrayRef, LazyShardedArray, np.ndarray)
 
-_crc32c = _crc32c_module.crc32c
 
 
 class StreamedTree:

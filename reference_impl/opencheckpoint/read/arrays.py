@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import crc32c as _crc32c_module
 import numpy as np
 
 from ..container.base import FileRegion
 from ..format.dtypes import numpy_dtype
 from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError
 from ..format.integrity import CHUNK_BYTES
+from ..format.integrity import crc32c as _crc32c
 from ..rules import restated
 from ..tree.decode import empty_array
 from ..tree.gc_pause import paused_gc
@@ -30,8 +30,6 @@ from .array_runs import cached_dtype as _numpy_dtype
 from .array_runs import check_crc as _check_crc
 from .array_runs import read_runs
 from .parallel_crc import crc32c_many
-
-_crc32c = _crc32c_module.crc32c
 
 
 def read_verified_into(region: FileRegion, ref: ArrayRef, target: np.ndarray, file: str, *, verify: bool) -> None:

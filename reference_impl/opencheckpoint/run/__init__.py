@@ -26,13 +26,43 @@ import it.
 
 from __future__ import annotations
 
-from .checkpointer import RunCheckpointer as RunCheckpointer
-from .checkpointer import resolve_checkpoint_path as resolve_checkpoint_path
-from .rotation import Rotation as Rotation
-from .rotation import RotationEntry as RotationEntry
-from .rotation_policy import ARCHIVE_SUFFIX as ARCHIVE_SUFFIX
-from .rotation_policy import ROTATION_KEY as ROTATION_KEY
-from .stop_signal import StopOnSignal as StopOnSignal
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name -> the module that defines it, imported on first use (PEP 562): ``opencheckpoint ls``
+#: needs only :mod:`.rotation_policy`, not the save path that ``RunCheckpointer`` and ``Rotation`` import.
+_LAZY: dict[str, str] = {
+    "RunCheckpointer": ".checkpointer",
+    "resolve_checkpoint_path": ".checkpointer",
+    "Rotation": ".rotation",
+    "RotationEntry": ".rotation",
+    "ARCHIVE_SUFFIX": ".rotation_policy",
+    "ROTATION_KEY": ".rotation_policy",
+    "StopOnSignal": ".stop_signal",
+}
+
+if TYPE_CHECKING:  # the names as static imports, for type checkers and the import graph
+    from .checkpointer import RunCheckpointer as RunCheckpointer
+    from .checkpointer import resolve_checkpoint_path as resolve_checkpoint_path
+    from .rotation import Rotation as Rotation
+    from .rotation import RotationEntry as RotationEntry
+    from .rotation_policy import ARCHIVE_SUFFIX as ARCHIVE_SUFFIX
+    from .rotation_policy import ROTATION_KEY as ROTATION_KEY
+    from .stop_signal import StopOnSignal as StopOnSignal
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = ["ARCHIVE_SUFFIX", "ROTATION_KEY", "Rotation", "RotationEntry", "RunCheckpointer", "StopOnSignal",
            "resolve_checkpoint_path"]

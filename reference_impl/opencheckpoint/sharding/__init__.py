@@ -18,15 +18,50 @@ write pipeline's, :mod:`opencheckpoint.write.collective`). The torch
 
 from __future__ import annotations
 
-from ..tree.nodes import ShardedArrayRef as ShardedArrayRef
-from ..tree.nodes import ShardRef as ShardRef
-from ..tree.shard_plan import LocalShard as LocalShard
-from ..tree.shard_plan import ShardedValue as ShardedValue
-from ..tree.shard_plan import rank_file as rank_file
-from .collective import Collective as Collective
-from .collective import CollectiveError as CollectiveError
-from .collective import LocalCollective as LocalCollective
-from .regions import Region as Region
-from .regions import check_tiling as check_tiling
-from .regions import intersect as intersect
-from .regions import slices_to_region as slices_to_region
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name -> the module that defines it, imported on first use (PEP 562): the read path imports
+#: :mod:`.layout` and :mod:`.regions`, and importing this package must not load the writer's side
+#: (the shard planner, the data file writer) with them (``opencheckpoint inspect``'s start-up).
+_LAZY: dict[str, str] = {
+    "ShardedArrayRef": "..tree.nodes",
+    "ShardRef": "..tree.nodes",
+    "LocalShard": "..tree.shard_plan",
+    "ShardedValue": "..tree.shard_plan",
+    "rank_file": "..tree.shard_plan",
+    "Collective": ".collective",
+    "CollectiveError": ".collective",
+    "LocalCollective": ".collective",
+    "Region": ".regions",
+    "check_tiling": ".regions",
+    "intersect": ".regions",
+    "slices_to_region": ".regions",
+}
+
+if TYPE_CHECKING:  # the names as static imports, for type checkers and the import graph
+    from ..tree.nodes import ShardedArrayRef as ShardedArrayRef
+    from ..tree.nodes import ShardRef as ShardRef
+    from ..tree.shard_plan import LocalShard as LocalShard
+    from ..tree.shard_plan import ShardedValue as ShardedValue
+    from ..tree.shard_plan import rank_file as rank_file
+    from .collective import Collective as Collective
+    from .collective import CollectiveError as CollectiveError
+    from .collective import LocalCollective as LocalCollective
+    from .regions import Region as Region
+    from .regions import check_tiling as check_tiling
+    from .regions import intersect as intersect
+    from .regions import slices_to_region as slices_to_region
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -53,9 +53,10 @@ def describe(path: PathArg) -> dict[str, Any]:
             "format_version": reader.parsed.written_version,
             "checkpoint_id": manifest.checkpoint_id,
             "created_at": manifest.created_at,
-            "producer": manifest.producer.model_dump(exclude_none=True),
+            "producer": {k: v for k, v in vars(manifest.producer).items() if v is not None},
             "metadata": manifest.metadata,
-            "extensions": {k: v.model_dump() for k, v in manifest.extensions.items()},
+            # The records' members read directly (``model_dump`` would build pydantic's serializers: start-up).
+            "extensions": {k: dict(vars(v)) for k, v in manifest.extensions.items()},
             "components": {},
             "ok": report.ok,
             "errors": [issue.__dict__ for issue in report.errors],

@@ -58,13 +58,16 @@ class RunListing:
     latest: Path | None = None
     best: Path | None = None
     metric: str | None = None
+    #: without ``metric=``: the one metadata key every valid checkpoint records a number under (``loss``),
+    #: whose values fill the entries' ``metric`` (no ``best``: which way is better is the caller's to say)
+    shown_metric: str | None = None
     #: the metadata keys of the valid checkpoints (what ``metric=`` may name)
     metadata_keys: set[str] = field(default_factory=set)
     #: entries of the directory that are not ``{prefix}-{step}`` names, at most :data:`OTHER_NAMES_SHOWN`
     other_names: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), "metric": self.metric,
+        return {"directory": str(self.directory), "metric": self.metric or self.shown_metric,
                 "latest": None if self.latest is None else str(self.latest),
                 "best": None if self.best is None else str(self.best),
                 "checkpoints": [e.to_dict() for e in self.entries]}
@@ -78,6 +81,20 @@ def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _show_the_one_metric(listing: RunListing, valid: list[tuple[ListedCheckpoint, dict[str, Any]]]) -> None:
+    """Without ``--metric``, show the metric a run recorded when there is exactly one candidate: a user key
+    (not ``step``, not the library's ``opencheckpoint.*`` records) with a finite number in every valid
+    checkpoint. A run saved with ``metadata={"loss": ...}`` then lists its losses by default."""
+    if not valid:
+        return
+    keys = [k for k in valid[0][1] if k != "step" and not k.startswith("opencheckpoint.")]
+    numeric = [k for k in keys if all(_metric(meta.get(k)) is not None for _, meta in valid)]
+    if len(numeric) == 1:
+        listing.shown_metric = numeric[0]
+        for entry, meta in valid:
+            entry.metric = _metric(meta.get(numeric[0]))
 
 
 def list_run(
@@ -102,6 +119,7 @@ def list_run(
     # ``-`` is the rotation's separator; ``_`` and none are accepted too (``--prefix step`` lists ``step_100``)
     pattern = re.compile(rf"{re.escape(prefix)}[-_]?(\d+)(?:{re.escape(ARCHIVE_SUFFIX)})?")
     listing = RunListing(root, metric=metric)
+    metadata: dict[Path, dict[str, Any]] = {}
     for name in sorted(os.listdir(root)):
         match = pattern.fullmatch(name)
         if match is None:
@@ -114,6 +132,7 @@ def list_run(
                 manifest = reader.manifest
             entry.created_at = str(manifest.get("created_at"))
             listing.metadata_keys.update(manifest.get("metadata") or {})
+            metadata[entry.path] = manifest.get("metadata") or {}
             if metric is not None:
                 entry.metric = _metric((manifest.get("metadata") or {}).get(metric))
             entry.valid = True
@@ -133,4 +152,6 @@ def list_run(
     if scored:
         sign = 1.0 if mode == "max" else -1.0
         listing.best = max(scored, key=lambda e: (sign * (e.metric or 0.0), e.step)).path
+    if metric is None:  # after ``best``: a metric shown is not ranked
+        _show_the_one_metric(listing, [(e, metadata[e.path]) for e in valid])
     return listing

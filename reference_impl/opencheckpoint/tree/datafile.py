@@ -24,11 +24,11 @@ from operator import add, attrgetter, sub
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import crc32c as _crc32c_module
 import numpy as np
 
 from ..container.writeback import WritebackFile, start_writeback
 from ..format.crc_combine import _multmodp, _x8nmodp
+from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
@@ -63,7 +63,6 @@ _PENDING_BYTES: Final = 1 << 20
 _WRITE_CHUNK: Final = 16 << 20
 _ZEROS: Final = bytes(ALIGNMENT)
 
-_crc32c: Final = _crc32c_module.crc32c
 
 
 def _address(array: np.ndarray, nbytes: int) -> tuple[int, int]:

@@ -49,6 +49,7 @@ from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
 from .refusals import refuse
 from .shard_plan import ShardedValue, ShardPlan, check_cover
+from .wire import big_int_bytes
 
 if TYPE_CHECKING:
     from ..container.archive_writer import ArchiveWriter
@@ -60,12 +61,6 @@ NOT_HANDLED: Final = object()
 
 _MARK = {tag: msgpack.ExtType(int(tag), b"") for tag in Tag}
 _MARK_ARRAY: Final = _MARK[Tag.ARRAY]
-
-
-def big_int_bytes(value: int) -> bytes:
-    """Minimal two's complement little-endian encoding of an int."""
-    length = ((value if value >= 0 else ~value).bit_length() + 8) // 8
-    return value.to_bytes(length, "little", signed=True)
 
 
 def _big_int(value: int, path: str) -> bytes:

@@ -23,7 +23,6 @@ from ..format.errors import CheckpointError
 from ..format.limits import TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from ..rules import raise_if, required, table_of
 from ..rules.tree import TREE
-from .encode import big_int_bytes
 from .nodes import (
     INT_MAX,
     INT_MIN,
@@ -43,6 +42,7 @@ from .wire import FLOAT_BYTES as _FLOAT_BYTES
 from .wire import INT_BYTES as _INT_BYTES
 from .wire import MAP_BYTES as _MAP_BYTES
 from .wire import STR_BYTES as _STR_BYTES
+from .wire import big_int_bytes
 from .wire import itemsize as _itemsize
 
 #: Fields (after the marker) of each fixed-size tag (R-TREE-16).

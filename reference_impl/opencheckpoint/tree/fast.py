@@ -16,10 +16,10 @@ import numpy as np
 from ..format.dtypes import DTYPES, numpy_dtype
 from ..format.limits import TREE_MAX_BIG_INT_BYTES, TREE_MAX_DEPTH, TREE_MAX_NODES, TREE_MAX_STR_BYTES
 from ..rules.tree import prng_impl, prng_key_dtype, rbg_key_shape, threefry_key_shape
-from .encode import big_int_bytes
 from .exact import _FIELDS, DecodedTree
 from .nodes import INT_MAX, INT_MIN, ArrayRef, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
 from .treepath import ROOT, TreePath
+from .wire import big_int_bytes
 
 
 class _Doubt(Exception):

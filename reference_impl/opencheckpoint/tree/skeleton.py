@@ -37,10 +37,10 @@ import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import crc32c
 import msgpack
 import numpy as np
 
+from ..format.integrity import crc32c
 from .nodes import Tag
 from .per_rank import is_per_rank_node
 
@@ -94,7 +94,7 @@ def value_checksums(plan: TreePlan) -> str:
     """
     written: dict[int, int] = {}
     for extent in plan.data.extents:
-        crc = extent.nodes[0][5] if extent.nodes and extent.nodes[0][5] else crc32c.crc32c(extent.buffer)
+        crc = extent.nodes[0][5] if extent.nodes and extent.nodes[0][5] else crc32c(extent.buffer)
         for node in extent.nodes:
             written[id(node)] = crc
     values = np.fromiter((crc for _, crc in _leaves(plan.root, "$", written)), dtype="<u4")
@@ -140,4 +140,4 @@ def _leaves(node: Any, path: str, written: dict[int, int]) -> Iterator[tuple[str
         for index, item in enumerate(node):
             yield from _leaves(item, f"{path}[{index}]", written)
         return
-    yield path, crc32c.crc32c(msgpack.packb(node, use_bin_type=True, strict_types=False))
+    yield path, crc32c(msgpack.packb(node, use_bin_type=True, strict_types=False))

@@ -23,7 +23,12 @@ Rules this module owns:
   finishes every save in flight: a threading exit hook waits for them before
   concurrent.futures stops its pools. A failed save whose handle was never
   waited on is logged as an error at exit; the exit status is left as the
-  program set it. A process killed mid-save publishes nothing: the previous
+  program set it. A save started once the interpreter has begun to exit (an
+  ``atexit`` handler, which may run after the hooks that wait for writer
+  threads) is written in the caller's thread before ``save_async`` returns;
+  one started while the interpreter is finalizing (a ``__del__`` during module
+  teardown) is refused with a :class:`~opencheckpoint.format.errors.CheckpointError`.
+  A process killed mid-save publishes nothing: the previous
   checkpoint at the target stays whole (the atomic publication rule).
 """
 
@@ -32,11 +37,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
-from ..format.errors import LimitExceeded
+from ..format.errors import CheckpointError, LimitExceeded
 from ..format.producer import utc_timestamp
 from ..location import local_path
 from ..progress import ProgressArg
@@ -55,6 +62,8 @@ _lock = threading.Condition()
 _in_flight: dict[str, SaveHandle] = {}  # target path -> its unfinished save (guarded by _lock)
 _pending_bytes = 0  # snapshot bytes of unfinished saves (guarded by _lock)
 _unobserved_failures: list[SaveHandle] = []  # failed handles nobody waited on yet
+#: Set by the first exit hook: from then on a save runs in the caller's thread (no hook is left to wait for a writer).
+_exiting = False
 #: In a writer thread, ``handle`` is the save it writes: what that thread (its progress callback) must not wait for.
 _writer = threading.local()
 
@@ -173,8 +182,14 @@ def save_in_background(location: Path | FsPath, request: SaveRequest, *, progres
     try:
         request.fields["created_at"] = request.given["created_at"] or utc_timestamp()
         planned = _plan(location, request, handle)
+        exiting = _exit_begun()
         if planned is None:
             _finish(handle, key, 0)
+        elif exiting:
+            _write_now(handle, key, planned, progress, around)
+        if planned is None or exiting:
+            if exiting:
+                _report_now(handle)
             return handle
         _reserve(planned, handle, cap)
     except BaseException:
@@ -190,6 +205,60 @@ def save_in_background(location: Path | FsPath, request: SaveRequest, *, progres
                               name=_thread_name(location), daemon=False)
     worker.start()
     return handle
+
+
+def refuse_when_finalizing(target: object) -> None:
+    """A save cannot start while the interpreter is finalizing (a ``__del__`` run during module teardown,
+    after every exit hook): imports fail there and no thread would be waited for. Refuse it in words."""
+    if sys.is_finalizing():
+        raise CheckpointError("cannot save while the Python interpreter is finalizing (a __del__ or a thread "
+                              "running after every exit hook): nothing was written; save before the program "
+                              "ends, e.g. in an atexit handler or a `with RunCheckpointer(...)` block",
+                              file=str(target))
+
+
+def _exit_begun() -> bool:
+    """Whether the interpreter has begun to exit, so that no exit hook may be left to wait for a writer thread.
+
+    True once an exit hook of this module ran; once threading stopped the main thread (before it joins the
+    others; ``atexit`` handlers run after that); or in the main thread when no module body is on the stack:
+    an ``atexit`` handler, possibly one that imported threading and this module itself, after the hooks.
+    (A host application calling Python from C looks the same: its saves are then written before they return.)
+    """
+    if _exiting or not threading.main_thread().is_alive():
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return False
+        frame = frame.f_back
+    return True
+
+
+def _write_now(handle: SaveHandle, key: str, planned: SavePlan, progress: ProgressArg,
+               around: Around | None) -> None:
+    """At interpreter exit: write the plan in the caller's thread, before ``save_async`` returns.
+
+    Exit hooks run last-registered-first, so an ``atexit`` handler registered before this module was
+    imported runs after :func:`_at_exit` has waited for the writer threads: a thread started there would be
+    cut off, with nothing published and nothing said. No snapshot is needed: the caller waits.
+    """
+    previous = getattr(_writer, "handle", None)
+    try:
+        _run(handle, key, planned, progress, around)
+    finally:
+        _writer.handle = previous
+
+
+def _report_now(handle: SaveHandle) -> None:
+    """A save that failed at interpreter exit is logged at once, as :func:`_at_exit` would have (no hook may be
+    left to do it); ``wait()`` still raises its error."""
+    if handle._error is not None and not handle._observed:
+        handle._observed = True
+        logger.error("async save to %s, started at interpreter exit, failed; nothing was published there: %r",
+                     handle.target, handle._error)
 
 
 def _claim(handle: SaveHandle, key: str) -> None:
@@ -299,7 +368,11 @@ def wait_all() -> None:
 
 
 def _at_exit() -> None:
-    """Finish every save in flight, then report each failed one nobody waited for (logged as an error)."""
+    """Finish every save in flight, then report each failed one nobody waited for (logged as an error).
+
+    From here on a new save is written in its caller's thread (:func:`_write_now`)."""
+    global _exiting
+    _exiting = True
     wait_all()
     for handle in _unobserved_failures:
         if not handle._observed:
@@ -313,11 +386,15 @@ def _register_exit_hook() -> None:
     ``sys.exit``, an uncaught exception or ``KeyboardInterrupt``) before the interpreter joins its threads,
     and in the reverse order of registration, so this one runs before concurrent.futures' own hook (registered
     when :mod:`.tree.encode` imported it) stops the thread pools a save in flight still uses."""
+    global _exiting
     register = getattr(threading, "_register_atexit", None)
     if register is None:  # not CPython's threading: the plain atexit hook (the tree writer copes)
         atexit.register(_at_exit)
     else:
-        register(_at_exit)
+        try:
+            register(_at_exit)
+        except RuntimeError:  # imported by an exit hook, after threading shut down: saves run in their caller
+            _exiting = True
     atexit.register(_at_exit)  # also after the thread joins: a save a hook started is reported too
 
 
@@ -340,5 +417,6 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "save_in_background", "target_key", "wait_all", "wait_for_target"]
+__all__ = ["MAX_PENDING_BYTES", "SaveHandle", "refuse_when_finalizing", "save_in_background",
+           "target_key", "wait_all", "wait_for_target"]
 
