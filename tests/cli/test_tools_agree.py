@@ -92,7 +92,7 @@ def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path
     with RunCheckpointer(Checkpoint(state=state), tmp_path / "run", interval=10, keep_last=2) as checkpointer:
         for step in range(1, 26):
             checkpointer.save(step, metadata={"loss": step / 100})
-    done = run("ls", str(tmp_path / "run"))
+    done = run_cli("ls", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()[:3]
     assert header.split("\t")[4] == "loss"
@@ -101,7 +101,7 @@ def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path
     assert "--metric loss" in done.stdout
     two = Rotation(tmp_path / "two", keep_last=3)  # two numbers recorded: which one is the metric is not guessed
     two.save(Checkpoint(x={"a": 1}), 1, metadata={"loss": 0.5, "reward": 1.0})
-    assert run("ls", str(tmp_path / "two")).stdout.splitlines()[1].split("\t")[4] == "-"
+    assert run_cli("ls", str(tmp_path / "two")).stdout.splitlines()[1].split("\t")[4] == "-"
 
 
 def test_every_view_of_the_manifest_says_the_files_format_version(tmp_path: Path) -> None:
