@@ -35,6 +35,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the long campaigns (tests marked `long`); `make test-long` passes it")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """``--long`` also gives the property tests their full example counts (``tests/core/budget.py``); the
+    helper is on pytest's ``pythonpath``, which is in place by now, before any test module is imported."""
+    import budget
+
+    budget.LONG = bool(config.getoption("--long"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``long`` (the long form of a campaign whose bounded sample stays in ``make test``) are skipped,
     with the reason named, unless ``--long`` is given."""

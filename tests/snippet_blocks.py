@@ -1,21 +1,27 @@
-"""Runs consecutive Python code blocks of one docs page in one fresh interpreter, each block standalone.
+"""Runs the code blocks of one docs page in one fresh interpreter, in order, each block standalone.
 
-``python snippet_blocks.py`` reads a JSON list of ``[index, code]`` pairs on standard input and executes each
-block in order, each in a namespace of its own (``__name__ == "__main__"``), in the current directory. Before
-anything runs, every block is checked to be standalone: a name it reads at module level (or from a function
-it defines) that it neither assigns nor imports, and that is no builtin, would come from an earlier block, so
-the run stops there with exit 3 naming the block and the name. A block that raises stops the run with exit 1
-and the traceback, after a line ``BLOCK <index> FAILED``. Paying the interpreter start and the framework
-imports once per run of blocks, not once per block, is what keeps the docs tests fast.
+``python snippet_blocks.py`` reads a JSON list of ``[index, language, code]`` on standard input and runs each
+block in order, in the current directory. A ``python`` block runs in a namespace of its own (``__name__ ==
+"__main__"``); before anything runs, every one is checked to be standalone: a name it reads at module level
+(or from a function it defines) that it neither assigns nor imports, and that is no builtin, would come from
+an earlier block, so the run stops there with exit 3 naming the block and the name. A ``shell`` block's code
+is a list of ``opencheckpoint ...`` command lines, each run through the command line's ``main()`` here, with
+the environment and working directory the page started with (what a new shell would give it); one that exits
+non-zero stops the run. A block that raises or fails stops the run with exit 1 after a line ``BLOCK <index>
+FAILED`` (and the traceback, or the command line). Paying the interpreter start and the framework imports
+once per page, not once per block or command, is what keeps the docs tests fast.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import os
+import shlex
 import symtable
 import sys
 import traceback
+from typing import Any
 
 _BUILTINS = set(dir(builtins)) | {"__file__", "__name__", "__builtins__", "__doc__"}
 
@@ -42,22 +48,52 @@ def borrowed_names(code: str) -> set[str]:
     return used - defined - _BUILTINS
 
 
+def run_python(index: int, code: str) -> bool:
+    """Run one Python block in a namespace of its own; False (after the traceback) when it raised."""
+    try:
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile(code, f"<block {index}>", "exec"), namespace)  # allowed: runs our own docs
+    except BaseException:  # SystemExit(0) included: a block that exits ends the page's run like a script
+        if isinstance(sys.exc_info()[1], SystemExit) and sys.exc_info()[1].code in (0, None):
+            return True
+        print(f"BLOCK {index} FAILED", flush=True)
+        traceback.print_exc()
+        return False
+    return True
+
+
+def run_shell(index: int, lines: list[str], environ: dict[str, str], directory: str) -> bool:
+    """Run each ``opencheckpoint ...`` line through the CLI's ``main()``, as from a new shell in the page's
+    directory; False (after naming the line) at the first that exits non-zero."""
+    from opencheckpoint.cli.main import main as cli
+
+    for line in lines:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(directory)
+        argv = shlex.split(line)
+        try:
+            code = cli(argv[1:])
+        except SystemExit as exc:  # argparse's --help and usage errors
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        sys.stdout.flush()
+        if code != 0:
+            print(f"BLOCK {index} FAILED: {line} exited {code}", flush=True)
+            return False
+    return True
+
+
 def main() -> int:
-    blocks = json.load(sys.stdin)
-    for index, code in blocks:
-        borrowed = sorted(borrowed_names(code))
+    blocks: list[tuple[int, str, Any]] = json.load(sys.stdin)
+    for index, language, code in blocks:
+        borrowed = sorted(borrowed_names(code)) if language == "python" else []
         if borrowed:
             print(f"BLOCK {index} IS NOT STANDALONE: it uses {', '.join(borrowed)} without defining them", flush=True)
             return 3
-    for index, code in blocks:
-        try:
-            namespace = {"__name__": "__main__", "__builtins__": builtins}
-            exec(compile(code, f"<block {index}>", "exec"), namespace)  # allowed: runs our own docs
-        except BaseException:  # SystemExit(0) included: a block that exits ends the page's run like a script
-            if isinstance(sys.exc_info()[1], SystemExit) and sys.exc_info()[1].code in (0, None):
-                continue
-            print(f"BLOCK {index} FAILED", flush=True)
-            traceback.print_exc()
+    environ, directory = dict(os.environ), os.getcwd()
+    for index, language, code in blocks:
+        ran = run_python(index, code) if language == "python" else run_shell(index, code, environ, directory)
+        if not ran:
             return 1
     return 0
 

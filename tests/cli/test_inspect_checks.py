@@ -8,24 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
 import numpy as np
 import pytest
+from cli_in_process import run_cli
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.format.integrity import crc32c_hex
 from opencheckpoint.format.manifest import serialize_manifest
 from opencheckpoint.tools.inspect import describe
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "opencheckpoint", *args], capture_output=True, text=True,
-                          check=False, timeout=120)
 
 
 def _checkpoint(root: Path, **metadata: object) -> Path:
@@ -74,10 +68,10 @@ def test_inspect_exits_1_on_a_structural_defect(tmp_path: Path, damage: Callable
     summary = describe(path)
     assert not summary["ok"]
     assert (summary["errors"][0]["error"], summary["errors"][0]["rule"]) == (error, section)
-    done = run("inspect", str(path))
+    done = run_cli("inspect", str(path))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "invalid" in done.stdout and error in done.stdout and section in done.stdout
-    as_json = run("inspect", "--json", str(path))
+    as_json = run_cli("inspect", "--json", str(path))
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout)["errors"][0]["error"] == error
 
@@ -85,12 +79,12 @@ def test_inspect_exits_1_on_a_structural_defect(tmp_path: Path, damage: Callable
 def test_inspect_clips_long_values_for_display(tmp_path: Path) -> None:
     big = "x" * (4 << 20)
     path = _checkpoint(tmp_path, note=big)
-    done = run("inspect", str(path))
+    done = run_cli("inspect", str(path))
     assert done.returncode == 0, done.stderr
     assert len(done.stdout) < 20_000
     assert "more characters" in done.stdout
     # --json is for programs: every character is there.
-    full = run("inspect", "--json", str(path))
+    full = run_cli("inspect", "--json", str(path))
     assert json.loads(full.stdout)["metadata"]["note"] == big
 
 
@@ -133,7 +127,7 @@ def test_conformance_impl_write_reports_a_bad_rendering_as_a_checkpoint_error(tm
         document["components"]["t"]["content"]["root"]["items"][0]["value"] = "9" * 5000
         content = json.dumps(document)
     (tmp_path / "expected.json").write_text(content)
-    done = run("conformance", "impl", "write", str(tmp_path / "expected.json"), str(tmp_path / "out"))
+    done = run_cli("conformance", "impl", "write", str(tmp_path / "expected.json"), str(tmp_path / "out"))
     assert done.returncode == 1
     assert done.stderr.startswith("error: ManifestError: ") and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_in_process import run_cli
 
 import opencheckpoint
 from opencheckpoint import (
@@ -34,26 +35,20 @@ from opencheckpoint import (
 from opencheckpoint.run import Rotation
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    # stdout is a pipe: the command must behave as for `| grep` / `> file`.
-    return subprocess.run([sys.executable, "-m", "opencheckpoint", *args], capture_output=True, text=True,
-                          check=False, timeout=300)
-
-
 def test_inspect_piped_lists_every_array(tmp_path: Path) -> None:
     path = Checkpoint(m={f"w{i:03d}": np.zeros(1, np.float32) for i in range(70)}).save(tmp_path / "c")
-    done = run("inspect", str(path))
+    done = run_cli("inspect", str(path))
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("$.w")]
     assert len(rows) == 70 and "more" not in done.stdout
-    limited = run("inspect", str(path), "--max-arrays", "5")  # an explicit limit still applies
+    limited = run_cli("inspect", str(path), "--max-arrays", "5")  # an explicit limit still applies
     assert len([line for line in limited.stdout.splitlines() if line.startswith("$.w")]) == 5
     assert "65 more" in limited.stdout
 
 
 def test_ls_of_a_checkpoint_exits_1_and_points_to_inspect(tmp_path: Path) -> None:
     path = Checkpoint(x={"a": 1}).save(tmp_path / "ckpt")
-    done = run("ls", str(path))
+    done = run_cli("ls", str(path))
     assert done.returncode == 1 and done.stdout == ""
     assert "a checkpoint, not a run directory" in done.stderr and "opencheckpoint inspect" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -62,11 +57,11 @@ def test_ls_of_a_checkpoint_exits_1_and_points_to_inspect(tmp_path: Path) -> Non
 def test_ls_of_step_directories_exits_1_naming_them_and_prefix_lists_them(tmp_path: Path) -> None:
     for step in (100, 200):
         Checkpoint(x={"a": step}).save(tmp_path / f"step_{step}", metadata={"loss": step / 1000})
-    done = run("ls", str(tmp_path))
+    done = run_cli("ls", str(tmp_path))
     assert done.returncode == 1 and done.stdout == ""
     assert "no checkpoint-<step> checkpoint" in done.stderr and "step_100, step_200" in done.stderr
     assert "--prefix NAME" in done.stderr
-    listed = run("ls", str(tmp_path), "--prefix", "step", "--metric", "loss", "--json")
+    listed = run_cli("ls", str(tmp_path), "--prefix", "step", "--metric", "loss", "--json")
     assert listed.returncode == 0, listed.stderr
     report = json.loads(listed.stdout)
     assert [c["step"] for c in report["checkpoints"]] == [100, 200]
@@ -74,7 +69,7 @@ def test_ls_of_step_directories_exits_1_naming_them_and_prefix_lists_them(tmp_pa
 
 
 def test_ls_of_an_empty_directory_exits_1(tmp_path: Path) -> None:
-    done = run("ls", str(tmp_path))
+    done = run_cli("ls", str(tmp_path))
     assert done.returncode == 1 and "the directory is empty" in done.stderr
 
 
@@ -82,10 +77,10 @@ def test_ls_unknown_metric_exits_1_and_lists_the_recorded_keys(tmp_path: Path) -
     rotation = Rotation(tmp_path, keep_last=3)
     for step in (1, 2):
         rotation.save(Checkpoint(x={"a": step}), step, metadata={"loss": 0.5, "reward": 1.0})
-    done = run("ls", str(tmp_path), "--metric", "los")
+    done = run_cli("ls", str(tmp_path), "--metric", "los")
     assert done.returncode == 1 and done.stdout == ""
     assert "'los'" in done.stderr and "loss, reward" in done.stderr
-    assert run("ls", str(tmp_path), "--metric", "loss").returncode == 0
+    assert run_cli("ls", str(tmp_path), "--metric", "loss").returncode == 0
 
 
 def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path: Path) -> None:
@@ -97,7 +92,7 @@ def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path
     with RunCheckpointer(Checkpoint(state=state), tmp_path / "run", interval=10, keep_last=2) as checkpointer:
         for step in range(1, 26):
             checkpointer.save(step, metadata={"loss": step / 100})
-    done = run("ls", str(tmp_path / "run"))
+    done = run_cli("ls", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()[:3]
     assert header.split("\t")[4] == "loss"
@@ -106,7 +101,7 @@ def test_ls_without_metric_shows_the_one_metric_a_run_recorded_unranked(tmp_path
     assert "--metric loss" in done.stdout
     two = Rotation(tmp_path / "two", keep_last=3)  # two numbers recorded: which one is the metric is not guessed
     two.save(Checkpoint(x={"a": 1}), 1, metadata={"loss": 0.5, "reward": 1.0})
-    assert run("ls", str(tmp_path / "two")).stdout.splitlines()[1].split("\t")[4] == "-"
+    assert run_cli("ls", str(tmp_path / "two")).stdout.splitlines()[1].split("\t")[4] == "-"
 
 
 def test_every_view_of_the_manifest_says_the_files_format_version(tmp_path: Path) -> None:
@@ -116,28 +111,28 @@ def test_every_view_of_the_manifest_says_the_files_format_version(tmp_path: Path
     result = Checkpoint(model={"w": np.zeros(2)}).load(path)
     with open_checkpoint(path) as reader:
         opened = reader.manifest["format_version"]
-    inspected = json.loads(run("inspect", "--json", str(path)).stdout)["format_version"]
+    inspected = json.loads(run_cli("inspect", "--json", str(path)).stdout)["format_version"]
     assert manifest(path)["format_version"] == result.manifest["format_version"] == opened == inspected == written
 
 
 def test_inspect_and_validate_count_a_tied_array_alike(tmp_path: Path) -> None:
     shared = np.arange(4.0)
     path = Checkpoint(m={"embed": shared, "head": shared, "bias": np.zeros(2)}).save(tmp_path / "c")
-    inspected = json.loads(run("inspect", "--json", str(path)).stdout)["components"]["m"]
-    validated = json.loads(run("validate", "--json", str(path)).stdout)
+    inspected = json.loads(run_cli("inspect", "--json", str(path)).stdout)["components"]["m"]
+    validated = json.loads(run_cli("validate", "--json", str(path)).stdout)
     assert len(inspected["arrays"]) == validated["checked_arrays"] == 3
     assert inspected["shared_arrays"] == validated["shared_arrays"] == 1
     assert [a.get("shares") for a in inspected["arrays"]] == [None, "$.embed", None]
-    human_inspect, human_validate = run("inspect", str(path)).stdout, run("validate", str(path)).stdout
+    human_inspect, human_validate = run_cli("inspect", str(path)).stdout, run_cli("validate", str(path)).stdout
     assert "3 (1 shared)" in human_inspect and "3 arrays (1 sharing storage with another)" in human_validate
 
 
 def test_diff_inspect_and_errors_write_tree_paths_alike(tmp_path: Path) -> None:
     a = Checkpoint(m={"0.weight": np.zeros(2, np.float32), "w": np.zeros(2, np.float32)}).save(tmp_path / "a")
     b = Checkpoint(m={"0.weight": np.ones(2, np.float32), "w": np.zeros(2, np.float32)}).save(tmp_path / "b")
-    inspected = [row["path"] for row in json.loads(run("inspect", "--json", str(a)).stdout)["components"]["m"]
+    inspected = [row["path"] for row in json.loads(run_cli("inspect", "--json", str(a)).stdout)["components"]["m"]
                  ["arrays"]]
-    diffed = [change["path"] for change in json.loads(run("diff", "--json", str(a), str(b)).stdout)["changes"]]
+    diffed = [change["path"] for change in json.loads(run_cli("diff", "--json", str(a), str(b)).stdout)["changes"]]
     assert inspected == ["$['0.weight']", "$.w"]
     assert diffed == ["m/$['0.weight']"]
 
@@ -181,9 +176,9 @@ def _foreign(tmp_path: Path, kind: str) -> Path:
 @pytest.mark.parametrize(("kind", "said"), [("torch", "a torch.save file"), ("safetensors", "a safetensors file")])
 def test_a_foreign_file_says_what_it_is_and_points_to_convert(tmp_path: Path, kind: str, said: str) -> None:
     path = _foreign(tmp_path, kind)
-    inspected = run("inspect", str(path))
+    inspected = run_cli("inspect", str(path))
     assert inspected.returncode == 1 and said in inspected.stderr and "opencheckpoint convert" in inspected.stderr
-    validated = run("validate", str(path))
+    validated = run_cli("validate", str(path))
     assert validated.returncode == 1 and said in validated.stdout and "opencheckpoint convert" in validated.stdout
     with pytest.raises(CheckpointError, match=f"this is {said}: `opencheckpoint convert") as raised:
         Checkpoint(model={"w": np.zeros(2)}).load(path)
@@ -205,7 +200,7 @@ def test_a_zip_whose_manifest_member_is_cut_short_is_a_checkpoint_error_not_a_cr
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError):
         Checkpoint(model={"w": np.zeros(2)}).load(path)
-    inspected = run("inspect", str(path))
+    inspected = run_cli("inspect", str(path))
     assert inspected.returncode == 1 and "Traceback" not in inspected.stderr
 
 
@@ -229,11 +224,11 @@ def test_a_strict_warn_partial_restore_is_in_the_load_result(tmp_path: Path) -> 
 def test_convert_repacks_a_directory_as_an_archive_and_back(tmp_path: Path) -> None:
     source = Checkpoint(model={"w": np.arange(6.0).reshape(2, 3)}, config={"lr": 0.1}).save(
         tmp_path / "ckpt", metadata={"step": 7})
-    done = run("convert", str(source), str(tmp_path / "ckpt.zip"))
+    done = run_cli("convert", str(source), str(tmp_path / "ckpt.zip"))
     assert done.returncode == 0, done.stderr
     packed = tmp_path / "ckpt.zip"
     assert packed.is_file() and validate(packed).ok
-    back = run("convert", str(packed), str(tmp_path / "again"))
+    back = run_cli("convert", str(packed), str(tmp_path / "again"))
     assert back.returncode == 0, back.stderr
     again = tmp_path / "again"
     assert again.is_dir() and validate(again).ok
@@ -243,5 +238,5 @@ def test_convert_repacks_a_directory_as_an_archive_and_back(tmp_path: Path) -> N
         np.testing.assert_array_equal(read_component(other, "model")["w"], np.arange(6.0).reshape(2, 3))
     assert (again / "components" / "model" / "data.bin").read_bytes() == \
         (source / "components" / "model" / "data.bin").read_bytes()
-    refused = run("convert", str(source), str(packed))  # an existing target is never replaced
+    refused = run_cli("convert", str(source), str(packed))  # an existing target is never replaced
     assert refused.returncode == 1 and packed.is_file()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,8 @@ from opencheckpoint import Checkpoint, CheckpointError, read_component, validate
 from opencheckpoint.format.dtypes import DTYPES, dtype_name, numpy_dtype
 from opencheckpoint.tree.nodes import DtypeValue, NamedTupleValue, PRNGKeyValue
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=examples(120), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 DTYPE_NAMES = sorted(DTYPES)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -84,14 +85,14 @@ trees = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees)
 def test_writer_output_takes_the_fast_path_with_the_exact_result(value: Any) -> None:
     data = document(value)
     assert outcome(fast_decode, data) == outcome(exact_decode, data)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees, st.data())
 def test_mutated_documents_get_the_exact_verdict(value: Any, draw: st.DataObject) -> None:
     data = bytearray(document(value))

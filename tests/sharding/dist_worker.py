@@ -4,6 +4,9 @@
 127.0.0.1:PORT, runs SCENARIO (``save``, ``save-spied``, ``load``, ``load-corrupt``, ``load-misuse``, ``die``,
 ``hang``),
 and exits 0 when it did what the scenario expects (what it found is printed for the test to read).
+Several scenarios run in one launch as ``A+B`` with one path each (``PATH_A:PATH_B``, ``os.pathsep``), each
+one's output after a line ``== A``: starting ranks importing torch is most of a launch's cost. ``die`` and
+``hang`` break the group, so they run alone.
 """
 
 from __future__ import annotations
@@ -228,9 +231,14 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"save": save, "save-spied": save_spied, "load": load, "load-corrupt": load_corrupt, "load-misuse": load_misuse,
-     "die": die, "hang": hang}[scenario](rank, world, path)
-    if scenario not in ("die", "hang"):  # a broken group cannot be torn down cleanly
+    scenarios = {"save": save, "save-spied": save_spied, "load": load, "load-corrupt": load_corrupt,
+                 "load-misuse": load_misuse, "die": die, "hang": hang}
+    names, paths = scenario.split("+"), path.split(os.pathsep)
+    assert len(names) == len(paths) and (len(names) == 1 or not {"die", "hang"} & set(names)), (names, paths)
+    for name, one_path in zip(names, paths, strict=True):
+        print(f"== {name}", flush=True)
+        scenarios[name](rank, world, one_path)
+    if not {"die", "hang"} & set(names):  # a broken group cannot be torn down cleanly
         dist.destroy_process_group()
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from shard_helpers import ThreadRank, ThreadWorld
 
-from opencheckpoint import Checkpoint, IncompatibleComponent, UnsupportedLocation, open_checkpoint, read_component
+from opencheckpoint import Checkpoint, IncompatibleComponent, open_checkpoint, read_component
 from opencheckpoint.container.directory import DirectorySource
 from opencheckpoint.format.errors import ConcurrentModification
 from opencheckpoint.read.restore_layout import PermutedHandle, Source, sources
@@ -134,14 +134,15 @@ def test_a_source_map_transposes_inside_region_reads_reading_only_the_shards_a_b
     np.testing.assert_array_equal(whole["dense.kernel"], FULL.T)
 
 
-def test_a_collective_save_to_a_url_is_refused_on_every_rank_before_any_scratch_exists(tmp_path: Path) -> None:
+def test_a_collective_save_to_a_url_is_published_and_leaves_no_scratch_behind(tmp_path: Path) -> None:
+    """Collective saves to object stores landed (decision 0018; they were refused before): thread ranks
+    sharing one process's ``memory://`` publish one checkpoint that reads back whole, and no scratch
+    directory of the library is left in TMPDIR once every rank returned."""
     pytest.importorskip("fsspec")
     scratch = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
-    results = ThreadWorld(2).run(lambda group: Checkpoint(state={"b": np.arange(3)}).save(
-        "memory://issue25/ckpt", process_group=group))
-    assert all(isinstance(r, UnsupportedLocation) for r in results), results
-    assert all("issue25/ckpt" in str(r) and "collective save" in str(r) for r in results)
-    assert "opencheckpoint-upload" not in " ".join(str(r) for r in results)
+    url = f"memory://issue25-{tmp_path.name}/ckpt"
+    ThreadWorld(2).run(lambda group: Checkpoint(state={"b": np.arange(3)}).save(url, process_group=group))
+    np.testing.assert_array_equal(read_component(url, "state")["b"], np.arange(3))
     assert not [n for n in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - scratch if "opencheckpoint" in n]
 
 

@@ -1,7 +1,9 @@
 """Collective saves on real gloo process groups (CPU): FSDP2 and DTensors on 4 ranks, a rank killed mid-save.
 
 Each rank is a subprocess running ``dist_worker.py``; every launch is bounded by
-a timeout, so a hang fails the test instead of blocking the suite.
+a timeout, so a hang fails the test instead of blocking the suite. Scenarios that leave the group healthy
+share a launch (the 4-rank save and the spied save; the loads into FSDP2 on 2 ranks): starting the ranks,
+each importing torch, is most of a launch's CPU. Killed and stalled ranks get a launch each.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 LAUNCH_BOUND = 150
 
 
-def launch(scenario: str, world: int, path: Path | str) -> list[subprocess.CompletedProcess[str]]:
-    """Run ``world`` ranks of ``scenario`` against ``path``; their exit codes and output."""
+def launch(scenario: str, world: int, *paths: Path | str) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``world`` ranks of ``scenario`` (``A+B``: several, one path each) against ``paths``; their exit codes
+    and output."""
+    path = os.pathsep.join(map(str, paths))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -54,12 +58,25 @@ def launch(scenario: str, world: int, path: Path | str) -> list[subprocess.Compl
     return done
 
 
+def section(output: str, scenario: str) -> str:
+    """What a rank printed for one scenario of a launch of several."""
+    return output.split(f"== {scenario}\n", 1)[1].split("\n== ", 1)[0]
+
+
 @pytest.fixture(scope="module")
-def four_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("fsdp") / "ckpt"
-    for result in launch("save", 4, path):
+def four_rank_saves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
+    """One launch of 4 ranks: the FSDP2 checkpoint the load tests read, then a save with its stages spied on
+    (the checkpoint, the spied one, each rank's output)."""
+    base = tmp_path_factory.mktemp("fsdp")
+    results = launch("save+save-spied", 4, base / "ckpt", base / "spied")
+    for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
-    return path
+    return base / "ckpt", base / "spied", [result.stdout for result in results]
+
+
+@pytest.fixture(scope="module")
+def four_rank_checkpoint(four_rank_saves: tuple[Path, Path, list[str]]) -> Path:
+    return four_rank_saves[0]
 
 
 def test_four_ranks_save_fsdp2_parameters_optimizer_state_and_dtensors_as_sharded_arrays(
@@ -105,13 +122,11 @@ def test_a_four_rank_checkpoint_restores_into_a_plain_model_in_one_process(four_
     assert validate(four_rank_checkpoint).ok
 
 
-def test_a_gloo_collective_save_runs_the_pipeline_plan_and_write_on_every_rank_commit_once(tmp_path: Path) -> None:
-    path = tmp_path / "ckpt"
-    results = launch("save-spied", 2, path)
-    for result in results:
-        assert result.returncode == 0, result.stderr
-    stages = [json.loads(r.stdout.strip().rsplit("stages ", 1)[1]) for r in results]
-    assert stages == [["plan", "write", "commit"], ["plan", "write"]]  # the coordinator alone commits
+def test_a_gloo_collective_save_runs_the_pipeline_plan_and_write_on_every_rank_commit_once(
+        four_rank_saves: tuple[Path, Path, list[str]]) -> None:
+    _, path, outputs = four_rank_saves
+    stages = [json.loads(section(out, "save-spied").strip().rsplit("stages ", 1)[1]) for out in outputs]
+    assert stages == [["plan", "write", "commit"]] + [["plan", "write"]] * 3  # the coordinator alone commits
     assert validate(path).ok
 
 
@@ -130,7 +145,9 @@ def test_a_rank_killed_mid_save_publishes_nothing_and_the_survivor_raises(tmp_pa
 @pytest.fixture(scope="module")
 def two_rank_loads(four_rank_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> list[
         subprocess.CompletedProcess[str]]:
-    """2 ranks restore the 4-rank checkpoint, then one of a single process, into FSDP2 (each rank's output)."""
+    """One launch of 2 ranks loading into FSDP2 (each rank's output): ``load``, the 4-rank checkpoint then one
+    of a single process; ``load-corrupt``, a copy of the 4-rank checkpoint with saving rank 3's shard file
+    damaged; ``load-misuse``, loads the ranks get wrong (it ends with ranks that disagree, so it runs last)."""
     from dist_worker import model, train_step, write_expected
 
     net = model()
@@ -138,7 +155,15 @@ def two_rank_loads(four_rank_checkpoint: Path, tmp_path_factory: pytest.TempPath
     train_step(net, optimizer)
     plain = Checkpoint(model=net, optim=optimizer).save(tmp_path_factory.mktemp("plain") / "ckpt")
     write_expected(0, net, optimizer, str(plain))
-    return launch("load", 2, f"{four_rank_checkpoint},{plain}")
+    corrupt = tmp_path_factory.mktemp("corrupt") / "ckpt"
+    shutil.copytree(four_rank_checkpoint, corrupt)
+    shutil.copy(str(four_rank_checkpoint) + ".expected.npz", str(corrupt) + ".expected.npz")
+    shard = corrupt / "components/model/shards/rank-00003.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return launch("load+load-corrupt+load-misuse", 2, f"{four_rank_checkpoint},{plain}", corrupt,
+                  tmp_path_factory.mktemp("misuse"))
 
 
 def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_ranks(
@@ -146,7 +171,7 @@ def test_checkpoints_of_four_ranks_and_of_one_process_restore_into_fsdp2_on_two_
     """Resharding 4 -> 2 (sharded arrays) and 1 -> 2 (whole arrays): each rank restores its own rows, trains on."""
     for result in two_rank_loads:
         assert result.returncode == 0, result.stderr[-3000:]
-        assert result.stdout.count("loaded") == 2, result.stdout
+        assert section(result.stdout, "load").count("loaded") == 2, result.stdout
 
 
 def test_each_rank_reads_only_the_shard_files_of_its_own_rows_for_parameters_and_optimizer_state(
@@ -155,28 +180,22 @@ def test_each_rank_reads_only_the_shard_files_of_its_own_rows_for_parameters_and
     rank 1 those of 2 and 3, for the model and for the Adam moments alike (not the whole optimizer state)."""
     for rank, result in enumerate(two_rank_loads):
         assert result.returncode == 0, result.stderr[-3000:]
-        line = next(line for line in result.stdout.splitlines() if line.startswith(f"rank {rank}: read "))
+        line = next(line for line in section(result.stdout, "load").splitlines()
+                    if line.startswith(f"rank {rank}: read "))
         touched = json.loads(line.split(": read ", 1)[1])
         own = [f"shards/rank-0000{saver}.bin" for saver in ((0, 1) if rank == 0 else (2, 3))]
         assert touched == {"components/model": own, "components/optim": own}, touched
 
 
 def test_a_corrupt_shard_read_by_one_rank_makes_every_rank_raise_with_its_model_unchanged(
-        four_rank_checkpoint: Path, tmp_path: Path) -> None:
+        two_rank_loads: list[subprocess.CompletedProcess[str]]) -> None:
     """Only rank 1 reads saving rank 3's file: its checksum error reaches rank 0 before rank 0 applies anything."""
-    path = tmp_path / "ckpt"
-    shutil.copytree(four_rank_checkpoint, path)
-    shutil.copy(str(four_rank_checkpoint) + ".expected.npz", str(path) + ".expected.npz")
-    shard = path / "components/model/shards/rank-00003.bin"
-    data = bytearray(shard.read_bytes())
-    data[0] ^= 0xFF
-    shard.write_bytes(bytes(data))
-    results = launch("load-corrupt", 2, path)
-    for rank, result in enumerate(results):
+    outputs = [section(result.stdout, "load-corrupt") for result in two_rank_loads]
+    for rank, (result, out) in enumerate(zip(two_rank_loads, outputs, strict=True)):
         assert result.returncode == 0, result.stderr[-3000:]
-        assert f"rank {rank}: raised IntegrityError" in result.stdout, result.stdout + result.stderr[-2000:]
-        assert f"rank {rank}: unchanged" in result.stdout, result.stdout
-    assert "rank 1: " in results[0].stdout.split("raised IntegrityError", 1)[1]  # rank 0 raises rank 1's error
+        assert f"rank {rank}: raised IntegrityError" in out, out + result.stderr[-2000:]
+        assert f"rank {rank}: unchanged" in out, out
+    assert "rank 1: " in outputs[0].split("raised IntegrityError", 1)[1]  # rank 0 raises rank 1's error
 
 
 def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_path: Path) -> None:
@@ -191,13 +210,14 @@ def test_a_rank_that_stalls_makes_the_coordinator_give_up_after_the_timeout(tmp_
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
-def test_ranks_that_load_different_things_all_raise_and_a_file_changed_in_place_is_caught(tmp_path: Path) -> None:
+def test_ranks_that_load_different_things_all_raise_and_a_file_changed_in_place_is_caught(
+        two_rank_loads: list[subprocess.CompletedProcess[str]]) -> None:
     """Issue 10, on 2 gloo ranks in one launch: another checkpoint, other components, no components or another
     ``verify`` on one rank make every rank raise CollectiveError naming the field, with nothing changed; a shard
     file changed in place by a pre-hook (after the checks) makes its rank raise ConcurrentModification."""
-    results = launch("load-misuse", 2, tmp_path)
-    for rank, result in enumerate(results):
-        out = result.stdout + result.stderr[-2000:]
+    outputs = [section(result.stdout, "load-misuse") for result in two_rank_loads]
+    for rank, result in enumerate(two_rank_loads):
+        out = outputs[rank] + result.stderr[-2000:]
         assert result.returncode == 0, out
         assert f"rank {rank}: same: loaded" in out
         for case, field in (("paths", "checkpoint"), ("components", "components"), ("nothing", "components"),
@@ -205,6 +225,6 @@ def test_ranks_that_load_different_things_all_raise_and_a_file_changed_in_place_
             assert f"rank {rank}: {case}: raised CollectiveError field={field}: " in out, (case, out)
             assert f"rank {rank}: {case}: unchanged" in out, (case, out)
         assert "loads other things than rank 0" in out
-    assert "rank 0: changed: raised ConcurrentModification field=None: " in results[0].stdout, results[0].stdout
-    assert "shards/rank-00000.bin: the file changed in place" in results[0].stdout
-    assert "rank 1: changed: loaded" in results[1].stdout, results[1].stdout  # each rank checks its own files
+    assert "rank 0: changed: raised ConcurrentModification field=None: " in outputs[0], outputs[0]
+    assert "shards/rank-00000.bin: the file changed in place" in outputs[0]
+    assert "rank 1: changed: loaded" in outputs[1], outputs[1]  # each rank checks its own files

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from opencheckpoint.testing.adapter_tests import ImportRecorder
 from opencheckpoint.tree.compare import assert_tree_equal
 from opencheckpoint.tree.nodes import INT_MAX, INT_MIN, NamedTupleValue, PRNGKeyValue
 
-_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+_SETTINGS = settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                               HealthCheck.function_scoped_fixture])
 
 
