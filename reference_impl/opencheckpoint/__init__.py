@@ -10,8 +10,7 @@ object of that framework is saved or a component is read with
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # The error classes are imported now (they are small and every caller catches them); every other name
 # is imported on first use (PEP 562), so `opencheckpoint --help` and a script that needs one function do
@@ -37,6 +36,7 @@ from .format.errors import (
     UnsupportedValue,
     UnsupportedVersion,
 )
+from .format.lazy_names import lazy_names
 from .format.version import __version__
 
 #: Public name -> the module that defines it, imported when the name is first used.
@@ -82,17 +82,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from .write.async_save import SaveHandle
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'opencheckpoint' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later uses are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from opencheckpoint import Checkpoint, IncompatibleComponent  # noqa: E402
-from opencheckpoint.adapters.torch import TORCH_DEFAULTED_GROUP_KEYS  # noqa: E402
+from opencheckpoint.adapters.torch_optimizer_fit import TORCH_DEFAULTED_GROUP_KEYS  # noqa: E402
 
 
 def _trained(optimizer_cls, **kwargs):

@@ -51,6 +51,7 @@ from .component_io import ComponentReader, ComponentWriter
 from .protocol import Adapter, PreparedRestore
 from .state_dict import ATTRIBUTES_KEY, StateDictAdapter, read_state, write_state
 from .torch_kept import MapRanges, load_owning
+from .torch_optimizer_fit import check_optimizer_state
 from .torch_tensors import (
     _VIEWS,
     FRAMEWORK,
@@ -125,7 +126,7 @@ class TorchStateDictAdapter(Adapter):
         else:
             state = read_state(reader, "torch")
         if isinstance(value, torch.optim.Optimizer):
-            _check_optimizer_state(value, state)
+            check_optimizer_state(value, state)
             checked = True  # what Optimizer.load_state_dict rejects was checked just above
 
         def apply() -> None:
@@ -135,74 +136,6 @@ class TorchStateDictAdapter(Adapter):
                 raise IncompatibleComponent(f"{type(value).__name__}.load_state_dict failed: {exc}") from exc
 
         return PreparedRestore(apply, checked=checked)
-
-
-def _check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None:
-    """What ``Optimizer.load_state_dict`` checks, checked before anything is applied (same messages)."""
-    prefix = f"{type(optimizer).__name__}.load_state_dict failed (checked before restoring anything): "
-    groups = state.get("param_groups") if isinstance(state, dict) else None
-    if not isinstance(groups, list) or not isinstance(state.get("state"), dict):
-        raise IncompatibleComponent(prefix + "stored value is not an optimizer state dict ('state' and 'param_groups')")
-    own = optimizer.param_groups
-    if len(groups) != len(own):
-        raise IncompatibleComponent(prefix + "loaded state dict has a different number of parameter groups "
-                                    f"({len(groups)} stored, {len(own)} in the optimizer)")
-    for index, (stored, live) in enumerate(zip(groups, own, strict=True)):
-        params = stored.get("params") if isinstance(stored, dict) else None
-        if not isinstance(params, list) or len(params) != len(live["params"]):
-            raise IncompatibleComponent(prefix + f"parameter group {index}: the stored group does not match the "
-                                        "size of the optimizer's group")
-        check_group_keys(stored, live, prefix + f"parameter group {index}: ")
-        for stored_id, param in zip(params, live["params"], strict=True):
-            _check_param_state(optimizer, state["state"].get(stored_id), param, prefix + f"group {index}: ")
-
-
-#: Parameter-group keys a stored group may lack: torch's optimizers fill them with defaults on
-#: ``load_state_dict`` (``__setstate__``'s ``setdefault``) because newer torch versions added them, and
-#: LR schedulers add ``initial_lr`` to the live groups. docs/guarantees-in-detail.md lists them.
-TORCH_DEFAULTED_GROUP_KEYS = frozenset({"foreach", "fused", "differentiable", "capturable", "maximize",
-                                        "decoupled_weight_decay", "initial_lr"})
-
-
-def check_group_keys(stored: dict[str, Any], live: dict[str, Any], prefix: str) -> None:
-    """A stored group carries every hyper-parameter key the live group has (torch's defaulted keys aside).
-
-    ``Optimizer.load_state_dict`` replaces the live groups with the stored ones whatever their keys: a
-    state saved from another optimizer class (Adam into SGD) loads, and the next ``step()`` raises
-    ``KeyError('momentum')``. A missing key is that mismatch, refused before anything is restored.
-    """
-    missing = sorted(set(live) - set(stored) - TORCH_DEFAULTED_GROUP_KEYS)
-    if missing:
-        raise IncompatibleComponent(prefix + f"the stored group lacks the hyper-parameter key(s) {missing} the "
-                                    "optimizer needs (a state saved from another optimizer class?)")
-
-
-#: Optimizer state entries shaped like their parameter in torch's built-in optimizers (Adam, AdamW, SGD,
-#: RMSprop, Adagrad, Adadelta, NAdam, RAdam, Adamax): checked even before the live optimizer has state.
-_PARAM_SHAPED = frozenset({"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta",
-                           "sum", "exp_inf", "grad_avg"})
-
-
-def _check_param_state(optimizer: torch.optim.Optimizer, stored: Any, param: torch.Tensor, prefix: str) -> None:
-    """A parameter's stored state tensors have the shapes its live state (or the parameter) gives them.
-
-    ``Optimizer.load_state_dict`` accepts any shapes and the next ``step()`` fails (or
-    broadcasts silently): a state saved for other parameters is refused before anything
-    is restored. Where the live optimizer has state for the parameter, each entry's shape
-    is compared with it; otherwise the entries known to be shaped like the parameter are.
-    """
-    if not isinstance(stored, dict):
-        return
-    live_state = optimizer.state.get(param, {})
-    for key, value in stored.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        theirs = live_state.get(key)
-        expected = theirs.shape if isinstance(theirs, torch.Tensor) else param.shape if key in _PARAM_SHAPED else None
-        if expected is not None and value.shape != expected:
-            raise IncompatibleComponent(prefix + f"state {key!r} has shape {list(value.shape)}, the parameter "
-                                        f"{list(param.shape)} needs {list(expected)} (a state saved for other "
-                                        "parameters)")
 
 
 class GeneratorAdapter(Adapter):
@@ -491,7 +424,6 @@ def adapter_for(value: Any) -> Adapter | None:
 
 __all__ = [
     "FRAMEWORK",
-    "TORCH_DEFAULTED_GROUP_KEYS",
     "TORCH_DTYPES",
     "TORCH_DTYPE_NAMES",
     "GeneratorAdapter",
@@ -499,7 +431,6 @@ __all__ = [
     "TorchFramework",
     "TorchStateDictAdapter",
     "adapter_for",
-    "check_group_keys",
     "numpy_to_tensor",
     "place",
     "target_device",

@@ -53,7 +53,7 @@ from transformers.trainer_utils import (
 )
 
 from ..adapters.base import TreeAdapter
-from ..adapters.torch import check_group_keys
+from ..adapters.torch_optimizer_fit import check_group_keys
 from ..checkpoint import Checkpoint
 from ..format.errors import CheckpointError, IncompatibleComponent, UnsupportedValue
 from ..read.probe import is_checkpoint, manifest

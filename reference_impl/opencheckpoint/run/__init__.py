@@ -26,8 +26,9 @@ import it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..format.lazy_names import lazy_names
 
 #: Public name -> the module that defines it, imported on first use (PEP 562): ``opencheckpoint ls``
 #: needs only :mod:`.rotation_policy`, not the save path that ``RunCheckpointer`` and ``Rotation`` import.
@@ -51,17 +52,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and the impo
     from .stop_signal import StopOnSignal as StopOnSignal
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later uses are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = ["ARCHIVE_SUFFIX", "ROTATION_KEY", "Rotation", "RotationEntry", "RunCheckpointer", "StopOnSignal",

@@ -18,8 +18,9 @@ write pipeline's, :mod:`opencheckpoint.write.collective`). The torch
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..format.lazy_names import lazy_names
 
 #: Public name -> the module that defines it, imported on first use (PEP 562): the read path imports
 #: :mod:`.layout` and :mod:`.regions`, and importing this package must not load the writer's side
@@ -54,14 +55,4 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and the impo
     from .regions import slices_to_region as slices_to_region
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later uses are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
