@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ ocp = pytest.importorskip("orbax.checkpoint")
 nnx = pytest.importorskip("flax.nnx")
 
 import orbax_run  # noqa: E402  (tests/integrations, on pytest's pythonpath)
+from run_scripts import finish, start  # noqa: E402
 
 from opencheckpoint import read_component, validate  # noqa: E402
 from opencheckpoint.format.errors import CheckpointError, IntegrityError  # noqa: E402
@@ -39,19 +39,7 @@ KILL_AT = 5  # after the save of step 4: the latest step when it dies
 
 
 def _run(*args: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(SCRIPT), *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-
-
-def _finish(process: subprocess.Popen[bytes]) -> int:
-    try:
-        _, err = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    if process.returncode not in (0, -9):
-        raise AssertionError(err.decode()[-3000:])
-    return process.returncode
+    return start(SCRIPT, *args)
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +47,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """An uninterrupted run and a killed one (side by side), then the killed one resumed."""
     root = tmp_path_factory.mktemp("orbax")
     processes = [_run("full", root / "full", root / "full.ocp"), _run("kill", root / "killed", root / "x", KILL_AT)]
-    assert [_finish(p) for p in processes] == [0, -9]
+    assert [finish(p) for p in processes] == [0, -9]
     steps_when_killed = sorted(int(p.name) for p in (root / "killed").iterdir() if p.name.isdigit())
-    assert _finish(_run("resume", root / "killed", root / "resumed.ocp")) == 0
+    assert finish(_run("resume", root / "killed", root / "resumed.ocp")) == 0
     return {"root": root, "steps_when_killed": steps_when_killed}
 
 
@@ -121,10 +109,10 @@ def test_a_run_killed_inside_a_save_resumes_from_the_step_before(runs: dict[str,
     """Old or new under a crash: killed after the item was written but before orbax finalized the step, the
     unfinished step is not a step; the run resumes from the one before and ends as an uninterrupted run."""
     root = tmp_path / "run"
-    assert _finish(_run("kill-in-save", root, tmp_path / "x", 6)) == -9
+    assert finish(_run("kill-in-save", root, tmp_path / "x", 6)) == -9
     manager = ocp.CheckpointManager(root, options=ocp.CheckpointManagerOptions(max_to_keep=2))
     assert manager.latest_step() == 4
     manager.close()
-    assert _finish(_run("resume", root, tmp_path / "resumed.ocp")) == 0
+    assert finish(_run("resume", root, tmp_path / "resumed.ocp")) == 0
     final = read_component(runs["root"] / "full.ocp", "final")
     assert_tree_equal(final, read_component(tmp_path / "resumed.ocp", "final"))

@@ -10,7 +10,6 @@ sampler/writer state, the collector's state and rollout carrier, the trainer's c
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchrl")
 
 import torchrl_run  # noqa: E402  (tests/integrations, on pytest's pythonpath)
+from run_scripts import finish, start  # noqa: E402
 from torchrl.checkpoint import Checkpoint as TorchRLCheckpoint  # noqa: E402
 from torchrl.checkpoint import CheckpointRotation  # noqa: E402
 
@@ -36,19 +36,7 @@ COMPONENTS = {"collector", "loss_module", "optimizer", "policy", "replay_buffer"
 
 
 def _run(*args: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(SCRIPT), *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-
-
-def _finish(process: subprocess.Popen[bytes]) -> int:
-    try:
-        _, err = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    if process.returncode not in (0, -9):
-        raise AssertionError(err.decode()[-3000:])
-    return process.returncode
+    return start(SCRIPT, *args)
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +45,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("torchrl")
     full, killed = root / "full", root / "killed"
     processes = [_run("full", full), _run("kill", killed, KILL_AT)]
-    codes = [_finish(p) for p in processes]
+    codes = [finish(p) for p in processes]
     assert codes == [0, -9]
     latest_when_killed = Rotation(killed).latest()
-    assert _finish(_run("resume", killed)) == 0
+    assert finish(_run("resume", killed)) == 0
     return {"full": full, "resumed": killed, "killed_at": latest_when_killed}
 
 
