@@ -29,18 +29,19 @@ from timing import Timing, measure, settle_writes
 GROUP = "async save"
 
 
-def _states(ctx: Context) -> list[tuple[str, Any, Any]]:
-    """(label, live object, function copying its state into fresh memory) per framework."""
+def states(ctx: Context, group: str = GROUP) -> list[tuple[str, Any, Callable[[], Any]]]:
+    """(label, live object, function copying its state into fresh memory) per framework (torch skipped in
+    ``group`` where it is not installed); the remote async benchmark measures the same states."""
     arrays = ctx.arrays
-    states: list[tuple[str, Any, Any]] = [
+    result: list[tuple[str, Any, Callable[[], Any]]] = [
         ("numpy", ArrayModule(arrays), lambda: {k: np.array(v, copy=True) for k, v in arrays.items()})]
     try:
         module = torch_module(arrays, share=True)
     except ImportError:
-        ctx.skip(GROUP, "torch", "torch is not installed")
+        ctx.skip(group, "torch", "torch is not installed")
     else:
-        states.append(("torch", module, lambda: {k: v.detach().clone() for k, v in module.state_dict().items()}))
-    return states
+        result.append(("torch", module, lambda: {k: v.detach().clone() for k, v in module.state_dict().items()}))
+    return result
 
 
 def run(ctx: Context) -> None:
@@ -57,7 +58,7 @@ def run(ctx: Context) -> None:
         settle_writes()
 
     touched = touched_like(ctx.arrays)
-    for label, live, copy_state in _states(ctx):
+    for label, live, copy_state in states(ctx):
         with ctx.guard(GROUP, label):
             checkpoint = opencheckpoint.Checkpoint(model=live)
             operations: list[tuple[str, Callable[[], Any], Any, Any, str]] = [

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 import opencheckpoint
+from async_blocked import states
 from common import Context
-from state import ArrayModule, torch_module, touched_like
+from state import touched_like
 from timing import Timing, measure
 
 GROUP = "async save to object stores"
@@ -63,25 +64,12 @@ def _stores(ctx: Context) -> Iterator[list[tuple[str, Any]]]:
         server.stop()
 
 
-def _states(ctx: Context) -> list[tuple[str, Any, Callable[[], Any]]]:
-    arrays = ctx.arrays
-    states: list[tuple[str, Any, Callable[[], Any]]] = [
-        ("numpy", ArrayModule(arrays), lambda: {k: np.array(v, copy=True) for k, v in arrays.items()})]
-    try:
-        module = torch_module(arrays, share=True)
-    except ImportError:
-        ctx.skip(GROUP, "torch", "torch is not installed")
-    else:
-        states.append(("torch", module, lambda: {k: v.detach().clone() for k, v in module.state_dict().items()}))
-    return states
-
-
 def run(ctx: Context) -> None:
     """Measure copy / save_async blocked time per framework and store, interleaved."""
     numbers = itertools.count()
     touched = touched_like(ctx.arrays)
     with _stores(ctx) as stores:
-        for label, live, copy_state in _states(ctx):
+        for label, live, copy_state in states(ctx, GROUP):
             with ctx.guard(GROUP, label):
                 checkpoint = opencheckpoint.Checkpoint(model=live)
                 operations: list[tuple[str, Callable[[], Any], Any]] = [
