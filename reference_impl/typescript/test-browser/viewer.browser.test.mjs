@@ -3,19 +3,17 @@
 // Run: node --test test-browser/*.test.mjs (needs `make ts-build`, chromium and the repository's .venv)
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createReadStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:http";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { extname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import puppeteer from "puppeteer-core";
+import { cancelAtFirstPercent, launchChromium, rendererMemory, serveViewer } from "./harness.mjs";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const repo = resolve(here, "../../..");
 const app = join(repo, "docs/viewer-app");
 const python = process.env.OC_PYTHON ?? join(repo, ".venv/bin/python");
-const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const outDir = join(here, "out");
 const TIMEOUT = 30_000;
 
@@ -28,24 +26,8 @@ before(async () => {
   assert.ok(existsSync(join(app, "viewer.js")), "viewer bundle missing: run `make ts-build`");
   work = mkdtempSync(join(tmpdir(), "oc-viewer-"));
   execFileSync(python, [join(here, "make_checkpoints.py"), work], { stdio: "inherit" });
-  const types = { ".html": "text/html", ".js": "text/javascript" };
-  server = createServer((req, res) => {
-    const name = new URL(req.url, "http://x").pathname.replace(/^\/+/, "") || "index.html";
-    const file = join(app, name);
-    if (!file.startsWith(app) || !existsSync(file)) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { "content-type": types[extname(file)] ?? "application/octet-stream" });
-    createReadStream(file).pipe(res);
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${server.address().port}/index.html`;
-  browser = await puppeteer.launch({
-    executablePath: chromium,
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-  });
+  ({ server, url } = await serveViewer(app));
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -123,15 +105,7 @@ test("verification shows its percent and can be cancelled; the structure stays",
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(url, { waitUntil: "load" });
   await (await page.$("#pick-archive")).uploadFile(join(work, "big.zip"));
-  // Cancel from inside the page, in the same turn as the first percent above 0 is seen: a click sent over
-  // the DevTools protocol after that could arrive once a fast verification had already finished.
-  await page.waitForFunction(() => {
-    const percent = document.querySelector("[data-testid=verify-percent]");
-    const cancel = document.querySelector("[data-testid=verify-cancel]");
-    if (!percent || !cancel || !(parseInt(percent.textContent, 10) > 0)) return false;
-    cancel.click();
-    return true;
-  }, { timeout: TIMEOUT, polling: "mutation" });
+  await cancelAtFirstPercent(page, TIMEOUT);
   await page.waitForSelector("[data-testid=validation-status].cancelled", { timeout: TIMEOUT });
   const status = await page.$eval("[data-testid=validation-status]", (e) => e.textContent);
   const at = Number(/cancelled at (\d+)%/.exec(status)[1]);
@@ -153,29 +127,9 @@ test("a corrupted checkpoint shows the validation error with its class and rule"
   await page.close();
 });
 
-/** Peak resident memory (VmHWM, MiB) of the renderer processes of a browser, the largest one. */
-function rendererPeakMiB(b) {
-  const parent = new Map();
-  for (const d of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-    try {
-      parent.set(Number(d), Number(/PPid:\s+(\d+)/.exec(readFileSync(`/proc/${d}/status`, "utf8"))[1]));
-    } catch { /* exited meanwhile */ }
-  }
-  const root = b.process().pid;
-  const under = (p) => { for (let q = p; q > 1; q = parent.get(q) ?? 0) if (q === root) return true; return false; };
-  const peaks = [...parent.keys()].filter((p) => p !== root && under(p)).flatMap((p) => {
-    try {
-      if (!readFileSync(`/proc/${p}/cmdline`, "utf8").includes("--type=renderer")) return [];
-      return [Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${p}/status`, "utf8"))[1]) / 1024];
-    } catch { return []; }
-  });
-  return Math.max(...peaks);
-}
-
 /** Verify an archive and summarize its one array in a fresh browser; the renderer's peak memory. */
 async function peakFor(file) {
-  const b = await puppeteer.launch({ executablePath: chromium, headless: true, protocolTimeout: 600_000,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+  const b = await launchChromium({ protocolTimeout: 600_000 });
   try {
     const page = await b.newPage();
     await page.goto(url, { waitUntil: "load" });
@@ -184,7 +138,7 @@ async function peakFor(file) {
     await page.$eval("[data-testid=select-array]", (x) => x.click());
     await page.$eval("[data-testid=summarize-selected]", (x) => x.click());
     await page.waitForSelector("[data-testid=summaries] [data-testid=histogram]", { timeout: 600_000 });
-    return rendererPeakMiB(b);
+    return rendererMemory(b).hwm;
   } finally {
     await b.close();
   }

@@ -7,19 +7,17 @@
 // for docs/viewer.md.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:http";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { extname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import puppeteer from "puppeteer-core";
+import { cancelAtFirstPercent, launchChromium, rendererMemory as renderer, serveViewer } from "../harness.mjs";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const repo = resolve(here, "../../../..");
 const app = join(repo, "docs/viewer-app");
 const python = process.env.OC_PYTHON ?? join(repo, ".venv/bin/python");
-const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const BIG_MIB = Number(process.env.OC_VIEWER_BIG_MIB ?? 1024);
 const LONG = 1_800_000; // a 1 GiB pass on a loaded machine
 
@@ -34,19 +32,7 @@ before(async () => {
   execFileSync(python, [join(here, "..", "make_checkpoints.py"), work, "--layered", "small:16", `big:${BIG_MIB}`],
     { stdio: "inherit" });
   for (const name of ["small", "big"]) expected[name] = JSON.parse(readFileSync(join(work, `${name}.json`), "utf8"));
-  const types = { ".html": "text/html", ".js": "text/javascript" };
-  server = createServer((req, res) => {
-    const name = new URL(req.url, "http://x").pathname.replace(/^\/+/, "") || "index.html";
-    const file = join(app, name);
-    if (!file.startsWith(app) || !existsSync(file)) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { "content-type": types[extname(file)] ?? "application/octet-stream" });
-    createReadStream(file).pipe(res);
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${server.address().port}/index.html`;
+  ({ server, url } = await serveViewer(app));
 });
 
 after(async () => {
@@ -54,31 +40,7 @@ after(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-const launch = () => puppeteer.launch({ executablePath: chromium, headless: true, protocolTimeout: LONG,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
-
-/** Resident memory (VmRSS and its peak VmHWM, MiB) of the largest renderer process of browser `b`. */
-function renderer(b) {
-  const parent = new Map();
-  for (const d of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-    try {
-      parent.set(Number(d), Number(/PPid:\s+(\d+)/.exec(readFileSync(`/proc/${d}/status`, "utf8"))[1]));
-    } catch { /* exited meanwhile */ }
-  }
-  const root = b.process().pid;
-  const under = (p) => { for (let q = p; q > 1; q = parent.get(q) ?? 0) if (q === root) return true; return false; };
-  let best = { rss: 0, hwm: 0 };
-  for (const p of parent.keys()) {
-    if (p === root || !under(p)) continue;
-    try {
-      if (!readFileSync(`/proc/${p}/cmdline`, "utf8").includes("--type=renderer")) continue;
-      const status = readFileSync(`/proc/${p}/status`, "utf8");
-      const mib = (key) => Number(new RegExp(`${key}:\\s+(\\d+)`).exec(status)[1]) / 1024;
-      if (mib("VmHWM") > best.hwm) best = { rss: mib("VmRSS"), hwm: mib("VmHWM") };
-    } catch { /* exited meanwhile */ }
-  }
-  return best;
-}
+const launch = () => launchChromium({ protocolTimeout: LONG });
 
 /** The JS heap in use (MiB) sampled every 100 ms while `work` runs: its peak. */
 async function heapPeakDuring(page, work) {
@@ -139,14 +101,7 @@ test(`a ${BIG_MIB} MiB archive: percent and cancel, layer groups, search, totals
   try {
     const { page, errors } = await open(b, join(work, "big.zip"));
     // The structure is on the page before the content pass ends; the pass shows its percent and stops on cancel.
-    // Cancelled from inside the page in the turn the first percent above 0 shows (see viewer.browser.test.mjs).
-    await page.waitForFunction(() => {
-      const percent = document.querySelector("[data-testid=verify-percent]");
-      const cancel = document.querySelector("[data-testid=verify-cancel]");
-      if (!percent || !cancel || !(parseInt(percent.textContent, 10) > 0)) return false;
-      cancel.click();
-      return true;
-    }, { timeout: LONG, polling: "mutation" });
+    await cancelAtFirstPercent(page, LONG);
     await page.waitForSelector("[data-testid=validation-status].cancelled", { timeout: LONG });
     const status = await page.$eval("[data-testid=validation-status]", (e) => e.textContent);
     const at = Number(/cancelled at (\d+)%/.exec(status)[1]);
