@@ -1,4 +1,4 @@
-"""Console output for the command line: rich on a terminal, plain unwrapped text when piped or redirected.
+r"""Console output for the command line: rich on a terminal, plain unwrapped text when piped or redirected.
 
 When stdout is not a terminal, lines are never wrapped or truncated (a long
 array name survives ``| grep``), there is no colour, and a table is printed
@@ -18,11 +18,8 @@ holding ``[red]`` prints as it is.
 >>> table.add_row("$.w", "float32")
 >>> out.print(("valid", "green"), ": ckpt")
 >>> out.print(table)
->>> print(out.file.getvalue(), end="")
-valid: ckpt
-# model
-array	dtype
-$.w	float32
+>>> out.file.getvalue().splitlines()
+['valid: ckpt', '# model', 'array\tdtype', '$.w\tfloat32']
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from typing import Any
 from ..format.errors import TargetExists
 from .output import Table, output_console
 
-
 _EPILOG = ("exit codes: 0 success, 1 invalid or unreadable input, or a target that exists (without --overwrite) "
            "or is not what the command writes, 2 usage error")
 _DIFF_EPILOG = ("exit codes: 0 the checkpoints are equal, 1 they differ, 2 usage error or a checkpoint cannot be "
