@@ -5,9 +5,10 @@
 
 * While the command line's modules import (the first tens of milliseconds):
   this module imports nothing but :mod:`signal`, :mod:`sys` and
-  :mod:`.exit_codes`, and
-  :func:`run` imports :mod:`.main` inside its ``try``, so an interrupt there
-  is caught like one in a command.
+  :mod:`.exit_codes`, and :func:`run` imports :mod:`.main` inside its
+  ``try``, so an interrupt there is caught like one in a command. (Before
+  any code of the package runs, the interpreter's own start-up and the
+  package ``__init__``, which imports only the error classes, remain.)
 * While a command runs: :func:`~opencheckpoint.cli.main.main` catches it; the
   ``finally`` blocks on the way out have removed what the command had half
   written (``export``'s hidden ``.partial`` file, a save's staging directory).
@@ -16,7 +17,7 @@
   with SIGINT at exit for an interrupt that was caught and answered.
 * After the command returned: Python restores the default action of SIGINT
   when it shuts down, and a shutdown can take a few hundred milliseconds
-  (freeing a large export's arrays, joining reader threads). A Ctrl-C then
+  (tearing down the modules of a large export). A Ctrl-C then
   would end the process by the signal instead of with the command's status,
   so :func:`run` ignores SIGINT once the command's result is known: what was
   done is done and the status says so. (The interpreter keeps an ignored
