@@ -11,7 +11,15 @@ A real ``python -m opencheckpoint`` process gets a real SIGINT at three moments:
   by the signal (status -2) because Python restores SIGINT's default action as it shuts down.
 
 Each case is run a few times: where a signal lands in the process is the machine's to decide, and every
-landing must give one of the statuses a user can rely on.
+landing must give one of the statuses a user can rely on. Two more tests place the interrupt exactly,
+with the command line started as ``python -m opencheckpoint`` starts it (``runpy``), behind a few lines
+that set the scene:
+
+* a KeyboardInterrupt that left code built by ``exec`` and was caught (``dataclasses`` and
+  ``namedtuple`` build their methods so; a Ctrl-C during a command's imports often lands there):
+  CPython marks the process and kills it by SIGINT at exit. Before the fix: status -2;
+* a SIGINT while the interpreter tears its modules down, after the command's end. Before the fix:
+  status -2 (Python restores SIGINT's default action as it shuts down).
 """
 
 from __future__ import annotations
@@ -124,3 +132,49 @@ def test_ctrl_c_after_export_finished_keeps_its_status(tmp_path: Path) -> None:
         assert status in (0, 130), (status, said)  # never the signal's death (-2)
         assert "Traceback" not in "\n".join(said), said
         assert _whole(target) and not list(tmp_path.glob(".*.partial"))
+
+
+#: ``python -c`` source: a KeyboardInterrupt raised in exec-built code and caught, then the command line. The
+#: command runs once first, so that every module it needs is imported: an import that runs ``exec`` again
+#: (a dataclass) would clear CPython's mark, as none does after main() caught an interrupt in a real run.
+#: The command's SystemExit is taken and the script ends normally, as ``python -m`` ends (a SystemExit that
+#: leaves a ``-c`` script or a file exits before CPython looks at the mark; ``-m`` returns to it).
+CAUGHT_IN_EXEC = """
+import contextlib, io, os, runpy, signal, sys
+from opencheckpoint.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(sys.argv[1:])
+try:
+    exec("os.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass")  # as dataclasses build methods
+except KeyboardInterrupt:
+    pass  # answered, as main() answers one that lands in a command's imports
+sys.argv = ["opencheckpoint", *sys.argv[1:]]
+try:
+    runpy.run_module("opencheckpoint", run_name="__main__")
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+"""
+
+#: ``python -c`` source: the command line, and a SIGINT sent while the interpreter tears modules down.
+CTRL_C_AT_TEARDOWN = """
+import os, runpy, signal, sys
+
+class CtrlCAtTeardown:
+    def __del__(self):  # runs as the interpreter clears this module, after the command has ended
+        os.kill(os.getpid(), signal.SIGINT)
+
+held = CtrlCAtTeardown()
+sys.argv = ["opencheckpoint", *sys.argv[1:]]
+runpy.run_module("opencheckpoint", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("scene", [CAUGHT_IN_EXEC, CTRL_C_AT_TEARDOWN], ids=["caught-in-exec", "at-teardown"])
+@pytest.mark.parametrize("args", [["--version"], ["inspect", "ckpt"]], ids=["version", "inspect"])
+def test_an_answered_or_late_ctrl_c_keeps_the_commands_status(tmp_path: Path, scene: str, args: list[str]) -> None:
+    Checkpoint(model={"w": np.zeros(3, np.float32)}).save(tmp_path / "ckpt")
+    argv = [str(tmp_path / a) if a == "ckpt" else a for a in args]
+    done = subprocess.run([sys.executable, "-c", scene, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # never the signal's death (-2)
+    assert "Traceback" not in done.stderr
+    assert done.stdout.startswith("opencheckpoint " if args == ["--version"] else str(tmp_path / "ckpt"))

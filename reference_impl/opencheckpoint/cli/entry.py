@@ -38,11 +38,16 @@ from .exit_codes import interrupted
 
 def run() -> NoReturn:
     """Run the command line on ``sys.argv`` and exit with its status (the console script's entry point)."""
+    status: int | str | None
     try:
-        from .main import main
+        try:
+            from .main import main
 
-        status = main()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # from here on a Ctrl-C must not replace the status
+            status = main()
+        except SystemExit as exc:  # argparse ends --help, --version and usage errors so
+            status = exc.code
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # from here on a Ctrl-C must not replace the status
     except KeyboardInterrupt:  # outside main()'s own handler: while importing, or as main() returned
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         status = interrupted()
@@ -54,10 +59,10 @@ def _forget_caught_interrupt() -> None:
     """Keep CPython from ending the process by SIGINT for a KeyboardInterrupt that was caught.
 
     CPython marks a KeyboardInterrupt that leaves code run by ``exec`` of a string as unhandled, and a
-    process so marked kills itself with SIGINT at exit, whatever its status. ``dataclasses`` and
-    ``collections.namedtuple`` build their methods with ``exec``, so a Ctrl-C during a command's imports
-    often lands there: the command caught it and printed ``interrupted``, and the process still died by
-    the signal (status -2, the shell's 130 lost for ``export``, whose imports are the longest). Every
-    ``exec`` of a string clears the mark before it runs: this one runs nothing else.
+    ``python -m`` process so marked kills itself with SIGINT after its shutdown, whatever its status.
+    ``dataclasses`` and ``collections.namedtuple`` build their methods with ``exec``, so a Ctrl-C during
+    a command's imports often lands there: the command caught it and printed ``interrupted``, and the
+    process still died by the signal (status -2: ``export``, whose imports are the longest, lost its
+    130). Every ``exec`` of a string clears the mark before it runs: this one runs nothing else.
     """
     exec("pass")
