@@ -19,9 +19,9 @@ from ..format.errors import CheckpointError
 from .exit_codes import EXIT_INVALID, EXIT_OK, interrupted
 from .output import Output, Table, output_console
 
-# Start-up cost: this module and the parser import nothing heavy (no NumPy, pydantic, rich or framework;
-# cli/output imports rich only for a terminal);
-# each command imports what it uses when it runs (tests/cli/test_startup.py counts the modules).
+# Start-up cost: this module and the parser import nothing heavy (no NumPy, pydantic, rich or framework:
+# cli/output imports rich only for a terminal); each command imports what it uses when it runs
+# (tests/cli/test_startup.py counts the modules).
 
 
 _EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error, 130 interrupted (Ctrl-C)"
