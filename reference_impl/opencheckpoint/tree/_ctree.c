@@ -396,7 +396,7 @@ static PyObject *map_node(Parser *s, uint64_t count, int depth, PyObject *path) 
     for (uint64_t i = 0; i < count; i++) {
         int kind;
         uint64_t length;
-        if (header(s, &kind, &length) < 0) goto fail;
+        if (header(s, &kind, &length) < 0) { doubt(); goto fail; }
         PyObject *key;
         if (kind == K_STR) {
             key = bytes_of(s, kind, length);
@@ -480,7 +480,7 @@ static PyObject *decode(PyObject *Py_UNUSED(module), PyObject *args) {
     s.arrays = PyList_New(0);
     if (s.arrays == NULL) goto done;
     root = value(&s, 0, root_path);
-    if (root == NULL) goto done;
+    if (root == NULL) { doubt(); goto done; } /* doubt() keeps an error already set (MemoryError) */
     if (s.p != s.end) { doubt(); goto done; } /* bytes after the root object */
     if (s.columns_ok) {
         columns = PyBytes_FromStringAndSize((const char *)s.columns, s.n_columns * (Py_ssize_t)sizeof(uint64_t));
@@ -560,6 +560,80 @@ done:
     return result;
 }
 
+/* gather(arrays, offsets, nodes, position, pending): the write side of a run of small extents
+ * (tree/datafile.py _gather). Appends each array's bytes, after zero padding up to its offset, to the bytearray
+ * ``pending``; sets index 5 of every node of nodes[i] (lists of array nodes) to the CRC-32C of arrays[i]; returns
+ * the file position after the run. Returns None, with nothing changed, when this CPU has no CRC-32C instruction
+ * or an array gives no plain C-contiguous buffer (ml_dtypes arrays): the Python code then does the same. */
+static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *arrays, *offsets, *nodes, *pending;
+    unsigned long long position;
+    if (!PyArg_ParseTuple(args, "O!O!O!KO!", &PyList_Type, &arrays, &PyList_Type, &offsets, &PyList_Type, &nodes,
+                          &position, &PyByteArray_Type, &pending))
+        return NULL;
+    if (crc_hw < 0) crc_hw = have_crc32c_hw();
+    if (!crc_hw) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(arrays);
+    if (PyList_GET_SIZE(offsets) != n || PyList_GET_SIZE(nodes) != n) {
+        PyErr_SetString(PyExc_ValueError, "arrays, offsets and nodes differ in length");
+        return NULL;
+    }
+    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    uint64_t *starts = PyMem_Malloc(((size_t)n + 1) * sizeof(uint64_t));
+    PyObject *result = NULL;
+    Py_ssize_t acquired = 0;
+    if (views == NULL || starts == NULL) { PyErr_NoMemory(); goto done; }
+    uint64_t end = position;
+    for (Py_ssize_t i = 0; i < n; i++, acquired++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(arrays, i), &views[i], PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        starts[i] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(offsets, i));
+        if (PyErr_Occurred()) { acquired++; goto done; }
+        PyObject *refs = PyList_GET_ITEM(nodes, i);
+        if (starts[i] < end || !PyList_Check(refs)) {
+            acquired++;
+            PyErr_SetString(PyExc_ValueError, "extents out of order, or nodes not a list");
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) {
+            PyObject *node = PyList_GET_ITEM(refs, j);
+            if (!PyList_Check(node) || PyList_GET_SIZE(node) < 6) {
+                acquired++;
+                PyErr_SetString(PyExc_ValueError, "an array node is not a list of 6");
+                goto done;
+            }
+        }
+        end = starts[i] + (uint64_t)views[i].len;
+    }
+    Py_ssize_t before = PyByteArray_GET_SIZE(pending);
+    if (end - position > (uint64_t)(PY_SSIZE_T_MAX - before)) { PyErr_NoMemory(); goto done; }
+    if (PyByteArray_Resize(pending, before + (Py_ssize_t)(end - position)) < 0) goto done;
+    uint8_t *out = (uint8_t *)PyByteArray_AS_STRING(pending) + before;
+    uint64_t at = position;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memset(out, 0, starts[i] - at);
+        out += starts[i] - at;
+        memcpy(out, views[i].buf, (size_t)views[i].len);
+        out += views[i].len;
+        at = starts[i] + (uint64_t)views[i].len;
+        PyObject *crc = PyLong_FromUnsignedLong(crc32c_hw(views[i].buf, (size_t)views[i].len));
+        if (crc == NULL) goto done;
+        PyObject *refs = PyList_GET_ITEM(nodes, i);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++)
+            PyList_SetItem(PyList_GET_ITEM(refs, j), 5, Py_NewRef(crc));
+        Py_DECREF(crc);
+    }
+    result = PyLong_FromUnsignedLongLong(end);
+done:
+    for (Py_ssize_t i = 0; i < acquired && views != NULL; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(starts);
+    return result;
+}
+
 static int slot_descriptors(PyObject *type, const char *const *names, PyObject **out, int n) {
     for (int i = 0; i < n; i++) {
         PyObject *descr = PyObject_GetAttrString(type, names[i]);
@@ -572,6 +646,127 @@ static int slot_descriptors(PyObject *type, const char *const *names, PyObject *
         Py_XSETREF(out[i], descr);
     }
     return 0;
+}
+
+/* One array of a run for plan_run: whether it is stored as it is (C-contiguous, owning its memory, not empty,
+ * within ARRAY_MAX_NDIM, a known little-endian dtype other than bool), its dtype name, shape and nbytes. */
+typedef struct { PyObject *dtype, *name; } DtypeName;
+/* Attribute names, interned once (a lookup by a C string builds a str each time). */
+static PyObject *s_dtype, *s_flags, *s_c_contiguous, *s_owndata, *s_nbytes, *s_shape;
+
+static int intern_names(void) {
+    if (s_shape != NULL) return 0;
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_flags = PyUnicode_InternFromString("flags");
+    s_c_contiguous = PyUnicode_InternFromString("c_contiguous");
+    s_owndata = PyUnicode_InternFromString("owndata");
+    s_nbytes = PyUnicode_InternFromString("nbytes");
+    s_shape = PyUnicode_InternFromString("shape");
+    return s_dtype && s_flags && s_c_contiguous && s_owndata && s_nbytes && s_shape ? 0 : -1;
+}
+
+static int plain_array(PyObject *array, PyObject *name_of, DtypeName *names, int *n_names, PyObject **name,
+                       PyObject **shape, unsigned long long *nbytes) {
+    PyObject *dtype = PyObject_GetAttr(array, s_dtype);
+    if (dtype == NULL) return -1;
+    *name = NULL;
+    for (int i = 0; i < *n_names; i++)
+        if (names[i].dtype == dtype) { *name = names[i].name; break; }
+    if (*name == NULL) {
+        if (*n_names == 16) { Py_DECREF(dtype); return 0; } /* a run of many dtypes: the Python path */
+        PyObject *pair = PyObject_CallOneArg(name_of, dtype);
+        if (pair == NULL) { Py_DECREF(dtype); PyErr_Clear(); return 0; } /* not a spec dtype: the Python path */
+        int plain = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
+                    && PyTuple_GET_ITEM(pair, 1) == Py_False
+                    && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(pair, 0), "bool") != 0;
+        if (plain) {
+            names[*n_names].dtype = Py_NewRef(dtype);
+            names[*n_names].name = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+            *name = names[(*n_names)++].name;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(dtype);
+    if (*name == NULL) return 0;
+    PyObject *flags = PyObject_GetAttr(array, s_flags);
+    if (flags == NULL) return -1;
+    PyObject *contiguous = PyObject_GetAttr(flags, s_c_contiguous);
+    PyObject *owndata = contiguous ? PyObject_GetAttr(flags, s_owndata) : NULL;
+    Py_DECREF(flags);
+    int ok = owndata != NULL && contiguous == Py_True && owndata == Py_True;
+    Py_XDECREF(contiguous);
+    Py_XDECREF(owndata);
+    if (!ok) return PyErr_Occurred() ? -1 : 0;
+    PyObject *size = PyObject_GetAttr(array, s_nbytes);
+    if (size == NULL) return -1;
+    *nbytes = PyLong_AsUnsignedLongLong(size);
+    Py_DECREF(size);
+    if (PyErr_Occurred()) return -1;
+    if (*nbytes == 0) return 0;
+    *shape = PyObject_GetAttr(array, s_shape);
+    if (*shape == NULL) return -1;
+    if (!PyTuple_CheckExact(*shape) || PyTuple_GET_SIZE(*shape) > MAX_NDIM) { Py_CLEAR(*shape); return 0; }
+    return 1;
+}
+
+/* plan_run(arrays, start, marker, Planned, name_of): the plan of a run of distinct NumPy arrays (tree/datafile.py
+ * DataFilePlan.compiled_run) when every one is stored as it is: (planned extents, array nodes, end), extent i at
+ * the 64-byte aligned end of extent i - 1 (the first at ``start``), its node [marker, name, shape, offset, nbytes,
+ * 0] in its ``nodes``; None when any array needs the per-array path. ``name_of(dtype)`` gives (name, swapped). */
+static PyObject *plan_run(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *arrays, *marker, *planned_type, *name_of;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "O!KOOO", &PyList_Type, &arrays, &start, &marker, &planned_type, &name_of)) return NULL;
+    static const char *const slot_names[4] = {"array", "nodes", "offset", "nbytes"};
+    PyObject *slots[4] = {NULL, NULL, NULL, NULL};
+    DtypeName names[16];
+    int n_names = 0;
+    Py_ssize_t n = PyList_GET_SIZE(arrays);
+    PyObject *planned = PyList_New(n), *nodes = PyList_New(n), *result = NULL;
+    if (planned == NULL || nodes == NULL || !PyType_Check(planned_type) || intern_names() < 0
+            || slot_descriptors(planned_type, slot_names, slots, 4) < 0)
+        goto done;
+    uint64_t offset = start, end = start;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *array = PyList_GET_ITEM(arrays, i), *name, *shape = NULL;
+        unsigned long long nbytes;
+        int plain = plain_array(array, name_of, names, &n_names, &name, &shape, &nbytes);
+        if (plain <= 0) {
+            if (plain == 0) result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (i) offset = (end + 63) & ~(uint64_t)63;
+        end = offset + nbytes;
+        PyObject *at = PyLong_FromUnsignedLongLong(offset), *size = PyLong_FromUnsignedLongLong(nbytes);
+        PyObject *node = at && size ? PyList_New(6) : NULL;
+        PyObject *refs = node ? PyList_New(1) : NULL;
+        PyObject *extent = NULL;
+        if (refs != NULL) {
+            PyList_SET_ITEM(node, 0, Py_NewRef(marker));
+            PyList_SET_ITEM(node, 1, Py_NewRef(name));
+            PyList_SET_ITEM(node, 2, Py_NewRef(shape));
+            PyList_SET_ITEM(node, 3, Py_NewRef(at));
+            PyList_SET_ITEM(node, 4, Py_NewRef(size));
+            PyList_SET_ITEM(node, 5, PyLong_FromLong(0));
+            PyList_SET_ITEM(refs, 0, Py_NewRef(node));
+            PyObject *values[4] = {array, refs, at, size};
+            extent = new_slotted(planned_type, slots, values, 4);
+        }
+        Py_XDECREF(shape);
+        Py_XDECREF(at);
+        Py_XDECREF(size);
+        Py_XDECREF(refs);
+        if (extent == NULL) { Py_XDECREF(node); goto done; }
+        PyList_SET_ITEM(planned, i, extent);
+        PyList_SET_ITEM(nodes, i, node);
+    }
+    result = Py_BuildValue("(OOK)", planned, nodes, (unsigned long long)end);
+done:
+    for (int i = 0; i < n_names; i++) { Py_DECREF(names[i].dtype); Py_DECREF(names[i].name); }
+    for (int i = 0; i < 4; i++) Py_XDECREF(slots[i]);
+    Py_XDECREF(planned);
+    Py_XDECREF(nodes);
+    return result;
 }
 
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -627,6 +822,10 @@ static PyMethodDef methods[] = {
      "decode(data, root_path) -> (root, arrays, has_placeholders, columns or None); raises doubt otherwise"},
     {"crc_mismatch", crc_mismatch, METH_VARARGS,
      "crc_mismatch(buffer, columns, first, count, base) -> first mismatching row from first, -1 none, -2 no CPU support"},
+    {"gather", gather, METH_VARARGS,
+     "gather(arrays, offsets, nodes, position, pending) -> end position, or None (the Python path then)"},
+    {"plan_run", plan_run, METH_VARARGS,
+     "plan_run(arrays, start, marker, Planned, name_of) -> (extents, nodes, end), or None (the per-array path)"},
     {NULL, NULL, 0, NULL},
 };
 

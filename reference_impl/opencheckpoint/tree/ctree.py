@@ -24,6 +24,7 @@ tests instead of silently falling back.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -91,4 +92,40 @@ def crc_mismatch(buffer: bytes | bytearray | memoryview, columns: bytes, first: 
     return None if index == -2 else index
 
 
-__all__ = ["AVAILABLE", "compiled_decode", "crc_mismatch"]
+def gather(arrays: list[Any], offsets: list[int], nodes: list[list[list[Any]]], position: int,
+           pending: bytearray) -> int | None:
+    """Append a run of small extents to ``pending`` (each ``arrays[i]`` at ``offsets[i]``, zero padding
+    before it, the file being at ``position`` where ``pending`` ends) and set index 5 of every node of
+    ``nodes[i]`` to the CRC-32C of ``arrays[i]``; return the position after the run. None, with nothing
+    changed, when the extension is not used, this CPU has no CRC-32C instruction, or an array has no
+    plain buffer: :func:`opencheckpoint.tree.datafile._gather` then does the same in Python.
+
+    >>> import numpy as np
+    >>> from opencheckpoint.format.integrity import crc32c
+    >>> pending, node = bytearray(), [None] * 6
+    >>> end = gather([np.ones(2, np.float32)], [64], [[node]], 8, pending)
+    >>> end is None or (end, len(pending), node[5] == crc32c(np.ones(2, np.float32)))
+    True
+    """
+    if not AVAILABLE:
+        return None
+    end: int | None = _ctree.gather(arrays, offsets, nodes, position, pending)
+    return end
+
+
+def plan_run(arrays: list[Any], start: int, marker: Any, planned_type: type,
+             name_of: Callable[[Any], tuple[str, bool]]) -> tuple[list[Any], list[list[Any]], int] | None:
+    """The plan of a run of distinct NumPy arrays when every one is stored as it is (the conditions of
+    :func:`opencheckpoint.tree.plan_runs.plain_run`): ``(extents, nodes, end)``, extent ``i`` a new
+    ``planned_type(array, offset, nbytes)`` at the 64-byte aligned end of extent ``i - 1`` (the first at
+    ``start``) holding its node ``[marker, name, shape, offset, nbytes, 0]``. None when the extension is
+    not used or any array needs the per-array path (see :meth:`DataFilePlan.compiled_run`).
+    """
+    if not AVAILABLE:
+        return None
+    made: tuple[list[Any], list[list[Any]], int] | None = _ctree.plan_run(arrays, start, marker, planned_type,
+                                                                          name_of)
+    return made
+
+
+__all__ = ["AVAILABLE", "compiled_decode", "crc_mismatch", "gather", "plan_run"]
