@@ -229,3 +229,65 @@ def test_both_paths_load_the_same_arrays_and_raise_the_same_errors(
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(ctree, "AVAILABLE", False)
             assert verdict == _load(path)
+
+
+def _states() -> dict[str, Any]:
+    import ml_dtypes
+
+    base = np.arange(40, dtype=np.float32)
+    mixed = {f"w{i}": np.full(3 + i % 4, i, dtype) for i, dtype in
+             enumerate([np.float32, np.int8, np.float64, np.uint16, np.complex64] * 20)}
+    mixed.update(bf=np.ones(5, ml_dtypes.bfloat16), f8=np.zeros(3, ml_dtypes.float8_e4m3fn),
+                 flags=np.array([True, False]), empty=np.zeros((2, 0), np.float32))
+    return {
+        "tiny": tiny_state(),
+        "mixed dtypes, bool, empty": mixed,
+        "views and aliases": {"a": base, "v": base[2:10], "t": base, "s": base[::2], "b": base[10:20]},
+        "runs between other values": {"x": np.ones(3), "n": 1, "y": np.ones(2), "z": np.zeros(4), "l": [np.ones(1)]},
+        "big-endian": {"a": np.ones(3, np.float32), "b": np.ones(3, ">f4")},
+    }
+
+
+@pytest.mark.parametrize("name", list(_states()))
+def test_both_paths_write_the_same_bytes(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not ctree.AVAILABLE:
+        pytest.skip("the C extension is not built or is turned off")
+    state = _states()[name]
+    written = []
+    for available in (True, False):
+        monkeypatch.setattr(ctree, "AVAILABLE", available)
+        path = tmp_path / f"c{available}"
+        try:
+            Checkpoint(s=state).save(path)
+        except CheckpointError as exc:
+            written.append(("refused", type(exc).__name__, exc.rule, exc.field, str(exc)))
+            continue
+        files = sorted((path / "components" / "s").iterdir())
+        written.append([(file.name, file.read_bytes()) for file in files])
+    assert written[0] == written[1]
+    if name == "big-endian":
+        assert written[0][0] == "refused"
+
+
+def test_a_state_dict_of_tiny_arrays_is_planned_and_gathered_in_c(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    if not ctree.AVAILABLE:
+        pytest.skip("the C extension is not built or is turned off")
+    from opencheckpoint.tree import datafile
+
+    results: dict[str, list[Any]] = {"plan": [], "gather": []}
+
+    def spy(name: str, function: Any) -> Any:
+        def call(*args: Any) -> Any:
+            results[name].append(function(*args))
+            return results[name][-1]
+        return call
+
+    monkeypatch.setattr(datafile, "compiled_plan_run", spy("plan", datafile.compiled_plan_run))
+    monkeypatch.setattr(datafile, "compiled_gather", spy("gather", datafile.compiled_gather))
+    state = tiny_state()
+    del state["flags"]  # bool arrays take the per-array path (stored canonicalised)
+    loaded = read_component(Checkpoint(s=state).save(tmp_path / "c"), "s")
+    assert [len(made[1]) for made in results["plan"] if made is not None] == [len(state)]
+    assert results["gather"] and None not in results["gather"]
+    assert all(loaded[key].tobytes() == array.tobytes() for key, array in state.items())

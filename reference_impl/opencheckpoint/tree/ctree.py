@@ -15,6 +15,7 @@ which give identical results). ``OPENCHECKPOINT_PURE_PYTHON=1`` turns it off
 tests instead of silently falling back.
 
 >>> import msgpack
+>>> from opencheckpoint.tree.fast import fast_decode
 >>> doc = msgpack.packb({"w": [msgpack.ExtType(6, b""), "float32", [2], 0, 8, 7]}, use_bin_type=True)
 >>> tree = compiled_decode(doc) if AVAILABLE else fast_decode(doc)
 >>> tree.root["w"].shape, tree.arrays[0].offset, str(tree.arrays[0].where)
@@ -32,7 +33,7 @@ import numpy as np
 from ..format.dtypes import DTYPES, numpy_dtype
 from ..format.limits import TREE_MAX_NODES
 from .exact import DecodedTree
-from .fast import _Doubt, fast_decode
+from .fast import _Doubt
 from .nodes import ArrayRef, DtypeValue, NamedTupleValue
 from .treepath import ROOT, TreePath
 
@@ -73,7 +74,8 @@ def compiled_decode(data: bytes) -> DecodedTree:
     return DecodedTree(root, arrays, placeholders, columns=columns)
 
 
-def crc_mismatch(buffer: bytes | bytearray | memoryview, columns: bytes, first: int, count: int, base: int) -> int | None:
+def crc_mismatch(buffer: bytes | bytearray | memoryview, columns: bytes, first: int, count: int,
+                 base: int) -> int | None:
     """The first of rows ``first .. first + count - 1`` of ``columns`` whose CRC-32C over its bytes in
     ``buffer`` (which holds the data file from offset ``base``) differs from the row's, as an index from
     ``first``; -1 when every one matches; None when the extension is not used or this CPU has no CRC-32C
@@ -104,7 +106,7 @@ def gather(arrays: list[Any], offsets: list[int], nodes: list[list[list[Any]]], 
     >>> from opencheckpoint.format.integrity import crc32c
     >>> pending, node = bytearray(), [None] * 6
     >>> end = gather([np.ones(2, np.float32)], [64], [[node]], 8, pending)
-    >>> end is None or (end, len(pending), node[5] == crc32c(np.ones(2, np.float32)))
+    >>> end is None or (end, len(pending), node[5] == crc32c(np.ones(2, np.float32))) == (72, 64, True)
     True
     """
     if not AVAILABLE:

@@ -296,9 +296,9 @@ def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:
     (:func:`opencheckpoint.tree.ctree.gather`) when the extension is built.
     """
     arrays: list[Any] = list(map(_ARRAY, run))
-    end = compiled_gather(arrays, list(map(_OFFSET, run)), list(map(_NODES, run)), position, pending)
-    if end is not None:
-        return end
+    gathered = compiled_gather(arrays, list(map(_OFFSET, run)), list(map(_NODES, run)), position, pending)
+    if gathered is not None:
+        return gathered
     try:
         crcs = list(map(_crc32c, arrays))
     except (TypeError, ValueError, BufferError):  # an array without a plain buffer: through a uint8 view

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .exact import DecodedTree as DecodedTree
 from .ctree import compiled_decode
+from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
 from .fast import fast_decode as fast_decode
