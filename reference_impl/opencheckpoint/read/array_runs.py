@@ -105,7 +105,8 @@ def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify
 def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarray, sizes: np.ndarray, file: str,
                 verify: bool, out: dict[int, np.ndarray], rows: tuple[bytes, int] | None) -> None:
     start = int(offsets[0])
-    raw = bytearray(int(offsets[-1] + sizes[-1]) - start)
+    # Not zero-filled first (a bytearray is): every byte is read into it before any view is made.
+    raw = np.empty(int(offsets[-1] + sizes[-1]) - start, dtype=np.uint8)
     region.readinto(raw, start)
     relative = (offsets - start).tolist()
     names = list(map(_DTYPE, batch))
@@ -129,7 +130,7 @@ def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarr
     out.update(zip(map(id, batch), arrays, strict=True))
 
 
-def _first_mismatch(raw: bytearray, batch: Sequence[ArrayRef], relative: list[int], sizes: np.ndarray) -> int:
+def _first_mismatch(raw: np.ndarray, batch: Sequence[ArrayRef], relative: list[int], sizes: np.ndarray) -> int:
     """The index of the first array of ``batch`` whose CRC-32C differs from its node's (``len(batch)``: none)."""
     view = memoryview(raw)
     computed = list(map(_crc32c, map(view.__getitem__, map(slice, relative, map(add, relative, sizes.tolist())))))
