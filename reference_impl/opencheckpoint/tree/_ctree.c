@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,12 +57,22 @@ static uint64_t be(const uint8_t *p, int n) {
     return v;
 }
 
-/* A new instance of a __slots__ class with its slots set through their descriptors, without running __init__. */
+/* A new instance of a __slots__ class with its slots set through their descriptors, without running __init__.
+ * A slot of a __slots__ class is a member descriptor of an object field at a fixed offset: it is written there
+ * directly (what the descriptor's setter does after its checks); any other descriptor is called. */
 static PyObject *new_slotted(PyObject *type, PyObject **slots, PyObject **values, int n) {
     PyTypeObject *tp = (PyTypeObject *)type;
     PyObject *obj = tp->tp_alloc(tp, 0);
     if (obj == NULL) return NULL;
     for (int i = 0; i < n; i++) {
+        if (Py_IS_TYPE(slots[i], &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)slots[i])->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY)) {
+                PyObject **field = (PyObject **)((char *)obj + member->offset);
+                Py_XSETREF(*field, Py_NewRef(values[i]));
+                continue;
+            }
+        }
         if (Py_TYPE(slots[i])->tp_descr_set(slots[i], obj, values[i]) < 0) {
             Py_DECREF(obj);
             return NULL;
