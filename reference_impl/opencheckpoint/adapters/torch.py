@@ -61,6 +61,7 @@ from .torch_tensors import (
     dtype_name_of,
     numpy_to_tensor,
     place,
+    plain_tensors_to_numpy,
     target_device,
     tensor_to_numpy,
 )
@@ -190,7 +191,8 @@ class ModuleAdapter(Adapter):
             # torch's per-submodule versions (OrderedDict._metadata) are not tree data: they are kept
             # in the component record and re-attached on load, never dropped.
             writer.metadata = {VERSION_METADATA_KEY: versions}
-        writer.write_tree(dict(state))
+        arrays = plain_tensors_to_numpy(state)  # converted in one pass; None: the encoder names the refused one
+        writer.write_tree(dict(state) if arrays is None else arrays)
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         if _saved_by_state_dict_adapter(reader):
