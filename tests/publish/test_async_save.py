@@ -74,7 +74,7 @@ def test_the_writer_thread_starts_writing_only_once_save_async_has_the_interpret
         seen.append(start_returned.is_set())
         real_run(*args)
 
-    monkeypatch.setattr(async_save.threading, "Thread", Watched)
+    monkeypatch.setattr(threading, "Thread", Watched)  # the writer is made by async_save through threading.Thread
     monkeypatch.setattr(async_save, "_run", spy)
     for step in range(5):
         start_returned.clear()
