@@ -6,9 +6,8 @@ plans the tree, instead of the encoder finding the torch adapter once per
 tensor: the plan stage is time ``save_async`` blocks the training loop. Each
 test here checks that this route stores what the per-tensor route stored:
 the same bytes, tied weights once, non-tensor entries as they are, a refused
-tensor named by its key path with nothing left behind, real bytes under
-``FakeTensorMode`` (the conversion's; torch's own ``state_dict()`` fails
-inside that mode).
+tensor named by its key path with nothing left behind, conversion outside an
+active dispatch mode such as ``FakeTensorMode``.
 """
 
 from __future__ import annotations
@@ -89,17 +88,23 @@ def test_a_refused_tensor_in_a_module_is_named_by_its_key_path_and_nothing_is_wr
     assert os.listdir(tmp_path) == []
 
 
-def test_tensors_converted_under_an_active_fake_tensor_mode_are_their_real_bytes() -> None:
-    """The one dispatch-mode guard of the whole mapping sets the mode aside as ``tensor_to_numpy``'s does."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+def test_tensors_converted_under_an_active_dispatch_mode_are_converted_outside_it() -> None:
+    """The one dispatch-mode guard of the whole mapping sets an active mode aside (as ``tensor_to_numpy``'s
+    does for ``FakeTensorMode``): no torch operation of the conversion, e.g. the ``detach`` of a parameter
+    that requires grad, reaches the mode, and the arrays are the real tensors' bytes, shared."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     from opencheckpoint.adapters.torch_tensors import plain_tensors_to_numpy
 
-    weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    class Refusing(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            raise AssertionError(f"{func} ran inside the active dispatch mode")
+
+    weight = nn.Parameter(torch.arange(6, dtype=torch.float32).reshape(2, 3))  # requires grad: detached
     flag = torch.tensor([True, False])
-    with FakeTensorMode():
-        arrays = plain_tensors_to_numpy({"weight": weight, "flag": flag})
+    with Refusing():
+        arrays = plain_tensors_to_numpy({"weight": weight, "flag": flag, "step": 3})
     assert arrays is not None
     np.testing.assert_array_equal(arrays["weight"], np.arange(6, dtype=np.float32).reshape(2, 3))
-    assert arrays["weight"].ctypes.data == weight.data_ptr()  # shares the tensor's memory: no copy
-    assert arrays["flag"].tolist() == [True, False]
+    assert arrays["weight"].ctypes.data == weight.data_ptr()  # shares the parameter's memory: no copy
+    assert arrays["flag"].tolist() == [True, False] and arrays["step"] == 3
