@@ -8,7 +8,8 @@ For a NumPy ``ArrayModule`` and a torch ``nn.Module`` sharing the same arrays (a
 (``time.thread_time``) of the plan stage (``write.stages.plan``), of the snapshot copy
 (``write.snapshot.take``), of the whole ``save_async`` call, and of a memcpy of the state into touched
 arrays (the target's reference), least and median over ``--repeat`` samples after one unmeasured save
-that allocates the snapshot buffer. Thread CPU time, not wall time: on a shared machine waiting for a
+that allocates the snapshot buffer; then the plan stage alone of an Adam optimizer's state over as
+many parameters. Thread CPU time, not wall time: on a shared machine waiting for a
 core does not count, work does (the wall-time verdicts stay with ``run.py --only async``). Prints a
 Markdown table (docs/benchmarks.md, "Where the torch route spent its extra time").
 """
@@ -127,7 +128,30 @@ def main() -> None:
                 samples = measure(live, arrays, where, Path(scratch), args.repeat, clock)
                 cells = [f"{min(samples[p]) * 1e3:.1f} / {statistics.median(samples[p]) * 1e3:.1f}" for p in PHASES]
                 print(f"| {label} | {where} | " + " | ".join(cells) + " |")
+        if len(states) > 1:
+            plans = optimizer_plans(args.count, Path(scratch), args.repeat, clock)
+            print(f"\nplan stage of an Adam optimizer's state over {args.count} small parameters (step, exp_avg, "
+                  f"exp_avg_sq each: the plan costs per tensor, not per byte): {min(plans) * 1e3:.1f} / "
+                  f"{statistics.median(plans) * 1e3:.1f} ms")
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+def optimizer_plans(count: int, scratch: Path, repeat: int, clock: PhaseClock) -> list[float]:
+    """Thread CPU seconds of the plan stage of ``repeat`` async saves of a stepped Adam optimizer's state."""
+    import torch
+
+    parameters = [torch.nn.Parameter(torch.full((256,), 0.5)) for _ in range(count)]
+    optimizer = torch.optim.Adam(parameters)
+    for parameter in parameters:
+        parameter.grad = torch.ones_like(parameter)
+    optimizer.step()
+    checkpoint = opencheckpoint.Checkpoint(optimizer=optimizer)
+    samples = []
+    for _ in range(repeat):
+        shutil.rmtree(scratch / "optimizer", ignore_errors=True)
+        checkpoint.save_async(scratch / "optimizer").result()
+        samples.append(clock.last["plan"])
+    return samples
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""A module's state dict reaches the tree encoder as arrays, converted in one pass, with every check kept.
+"""A module's or an optimizer's state dict reaches the tree encoder as arrays, converted in one pass, with
+every check kept.
 
-``ModuleAdapter.save`` turns the plain tensors of ``state_dict()`` into NumPy
-arrays sharing their memory (``plain_tensors_to_numpy``) before the encoder
-plans the tree, instead of the encoder finding the torch adapter once per
-tensor: the plan stage is time ``save_async`` blocks the training loop. Each
+``ModuleAdapter.save`` and ``TorchStateDictAdapter.save`` (an optimizer's plain
+dict state) turn the plain tensors of ``state_dict()`` into NumPy arrays sharing
+their memory (``plain_tensors_to_numpy``) before the encoder plans the tree,
+instead of the encoder finding the torch adapter once per tensor: the plan
+stage is time ``save_async`` blocks the training loop. Each
 test here checks that this route stores what the per-tensor route stored:
 the same bytes, tied weights once, non-tensor entries as they are, a refused
 tensor named by its key path with nothing left behind, conversion outside an
@@ -108,3 +110,39 @@ def test_tensors_converted_under_an_active_dispatch_mode_are_converted_outside_i
     np.testing.assert_array_equal(arrays["weight"], np.arange(6, dtype=np.float32).reshape(2, 3))
     assert arrays["weight"].ctypes.data == weight.data_ptr()  # shares the parameter's memory: no copy
     assert arrays["flag"].tolist() == [True, False] and arrays["step"] == 3
+
+
+def _stepped_adam() -> tuple[nn.Module, Any]:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.ones(4, 3)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_an_optimizers_state_tensors_reach_the_encoder_as_arrays_and_load_back_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, optimizer = _stepped_adam()
+    expected = optimizer.state_dict()
+    seen = _count_conversions(monkeypatch)
+    path = Checkpoint(optimizer=optimizer).save_async(tmp_path / "c").result()
+    assert "Tensor" not in seen and "Parameter" not in seen  # the nested state converted up front too
+    fresh = torch.optim.Adam(model.parameters(), lr=0.5)
+    Checkpoint(optimizer=fresh).load(path)
+    loaded = fresh.state_dict()
+    assert loaded["param_groups"] == expected["param_groups"]
+    assert list(loaded["state"]) == list(expected["state"])
+    for index, state in expected["state"].items():
+        assert list(loaded["state"][index]) == list(state)
+        for name, value in state.items():
+            assert loaded["state"][index][name].dtype == value.dtype, (index, name)
+            assert torch.equal(loaded["state"][index][name], value), (index, name)
+
+
+def test_a_refused_tensor_in_an_optimizers_state_is_named_by_its_key_path(tmp_path: Path) -> None:
+    model, optimizer = _stepped_adam()
+    optimizer.state[model.weight]["bad"] = torch.empty(2, device="meta")
+    with pytest.raises(CheckpointError, match="meta tensor") as caught:
+        Checkpoint(optimizer=optimizer).save(tmp_path / "c")
+    assert (caught.value.file, caught.value.field) == ("component 'optimizer'", "$.state[0].bad")
+    assert os.listdir(tmp_path) == []

@@ -111,7 +111,11 @@ class TorchStateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        write_state(writer, value.state_dict())
+        state = value.state_dict()
+        # An optimizer's state (a plain dict): its tensors converted in one pass, as a module's. Any other
+        # mapping may carry attributes write_state keeps: left to the encoder as it is.
+        arrays = plain_tensors_to_numpy(state) if type(state) is dict else None
+        write_state(writer, state if arrays is None else arrays)
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         if isinstance(value, torch.optim.Optimizer) and reader.plan.selects:
