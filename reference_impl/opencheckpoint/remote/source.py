@@ -44,6 +44,7 @@ class RemoteSource(Source):
     """The objects below one prefix of an fsspec filesystem, read as a directory-form checkpoint."""
 
     form = "directory"
+    reads_by_request = True
 
     def __init__(self, location: FsPath) -> None:
         super().__init__(location)
