@@ -98,8 +98,8 @@ def test_a_rank_whose_upload_fails_leaves_no_manifest_and_the_others_withdraw_th
     before = _objects(memfs, mem_url)
     put_objects = publish._put_objects
 
-    def failing(staged: Path, objects: list[str], target: FsPath, uploaded: list[str]) -> None:
-        put_objects(staged, objects, target, uploaded)  # rank 2's object is there, then the store fails
+    def failing(staged: Path, objects: list[str], target: FsPath, uploaded: list[str], marker: FsPath) -> None:
+        put_objects(staged, objects, target, uploaded, marker)  # rank 2's object is there, then the store fails
         if any("rank-00002" in rel for rel in objects):
             raise OSError(5, "the store went away")
 

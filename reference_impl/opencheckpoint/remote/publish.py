@@ -76,15 +76,16 @@ def upload_checkpoint(staged: Path, target: FsPath) -> None:
     plan = {"target": target.name, "started": time.time(), "objects": objects}
     with _marker(target, "staging", json.dumps(plan).encode()) as marker:
         try:
-            _claim(target, marker)
+            _claim(target, marker, set(objects))
         except ConcurrentModification:
             _withdraw(target, [], marker)  # nothing was uploaded: only the marker goes
             raise
         _upload(staged, objects, target, marker)
 
 
-def _claim(target: FsPath, marker: FsPath) -> None:
-    """Go on only if no other live writer's marker for ``target`` exists now that this writer's marker does.
+def _claim(target: FsPath, marker: FsPath, objects: set[str]) -> None:
+    """Go on only if no other live writer's marker for ``target`` plans any of ``objects``, now that this
+    writer's marker exists.
 
     :func:`check_remote_target` looked for other writers before this writer's marker existed, so two saves
     starting together could both pass it and then overwrite each other's same-named objects. Checking again
@@ -92,6 +93,11 @@ def _claim(target: FsPath, marker: FsPath) -> None:
     fsspec's memory filesystem do): of two writers, the later one to list sees the other's marker, so at most one
     uploads anything, and none uploads over a checkpoint published since that check. Both may step back (each
     saw the other): each gets :class:`ConcurrentModification`, and nothing below the target was written.
+
+    The ranks of a collective save upload their own shard objects under their own markers before the
+    coordinator's upload (:class:`RankUpload`): their plans name none of the coordinator's objects, so they
+    are no other writer here; a competing save's plan names at least ``manifest.json``, and a deletion's
+    marker the checkpoint's objects.
     """
     directory, prefix = target.parent, f".{target.name}.oc-"
     directory.fs.invalidate_cache(directory.path)
@@ -103,7 +109,8 @@ def _claim(target: FsPath, marker: FsPath) -> None:
         match = _MARKER.fullmatch(name)
         if match is None or not name.startswith(prefix) or (directory / name).path == marker.path:
             continue
-        if not _writer_ended(directory / name, match["process"]):
+        other = directory / name
+        if not _writer_ended(other, match["process"]) and _plan_overlaps(other, objects):
             raise ConcurrentModification(f"another writer started saving to this prefix at the same time (its "
                                          f"marker {name!r}); a checkpoint has one writer, and this save wrote "
                                          "nothing", file=str(target))
@@ -252,6 +259,16 @@ def _listed_objects(target: FsPath) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return [MANIFEST_NAME]  # unreadable: nothing but the manifest is known to be the checkpoint's
     return sorted({MANIFEST_NAME, *(str(rel) for rel in listed)})
+
+
+def _plan_overlaps(marker: FsPath, objects: set[str]) -> bool:
+    """Whether the writer of ``marker`` plans to write (or delete) any of ``objects``; True if its plan
+    cannot be read (the safe answer: then it may)."""
+    try:
+        planned = json.loads(marker.fs.cat_file(marker.path))["objects"]
+        return not isinstance(planned, list) or not objects.isdisjoint(str(rel) for rel in planned)
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
 
 
 def _planned_objects(marker: FsPath) -> set[str]:
