@@ -85,9 +85,8 @@ def content(tfp, dfp, data, arrays):
         if done[k] != a.crc32c:
             raise E("IntegrityError", tfp, a.ptr + "/5",
                     f"crc32c mismatch: stored {a.crc32c:08x}, computed {done[k]:08x}", "R-ARR-14")
-        if a.dtype == "bool":
-            if _bytes_other_than(data, a.offset, a.offset + a.nbytes, b"\x00\x01"):
-                raise E("ArrayLayoutError", tfp, a.ptr, "bool elements contain a byte other than 00/01", "R-ARR-13")
+        if a.dtype == "bool" and _bytes_other_than(data, a.offset, a.offset + a.nbytes, b"\x00\x01"):
+            raise E("ArrayLayoutError", tfp, a.ptr, "bool elements contain a byte other than 00/01", "R-ARR-13")
     pos = 0
     gaps = []
     for off, nb in sorted(done):
