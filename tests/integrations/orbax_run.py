@@ -9,9 +9,8 @@ published in orbax's temporary step directory but before orbax finalizes the ste
 (an OpenCheckpoint checkpoint, component ``final``) for the test to compare. RNG-driven parts: dropout (the
 model's ``nnx.Rngs``) and the batch order (a typed JAX key in the state).
 
-Several runs one after the other in one process: ``MODE ROOT OUT + MODE ROOT OUT``; each builds its own model,
-optimizer and manager from the seeds (a resumed run and the uninterrupted reference share one process: starting
-an interpreter that imports JAX and orbax costs more CPU than either run).
+Several runs one after the other in one process: ``MODE ROOT OUT + MODE ROOT OUT`` (``run_scripts.split_runs``);
+each builds its own model, optimizer and manager from the seeds.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from run_scripts import split_runs
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.integrations.orbax import OpenCheckpointHandler, OpenCheckpointRestore, OpenCheckpointSave
@@ -109,21 +109,6 @@ def main(mode: str, root: str, out: str, kill_at: int = 0) -> None:
     Checkpoint(final=state_of(model, optimizer, data_key)).save(out)
 
 
-def runs(argv: list[str]) -> list[list[str]]:
-    """The command line's runs: ``argv`` split at each ``+``.
-
-    >>> runs(["resume", "a", "a.ocp", "+", "full", "b", "b.ocp"])
-    [['resume', 'a', 'a.ocp'], ['full', 'b', 'b.ocp']]
-    """
-    found: list[list[str]] = [[]]
-    for arg in argv:
-        if arg == "+":
-            found.append([])
-        else:
-            found[-1].append(arg)
-    return found
-
-
 if __name__ == "__main__":
-    for mode, root, out, *kill_at in runs(sys.argv[1:]):
+    for mode, root, out, *kill_at in split_runs(sys.argv[1:]):
         main(mode, root, out, int(kill_at[0]) if kill_at else 0)
