@@ -1,7 +1,5 @@
-"""``python -m opencheckpoint`` runs the command line."""
+"""``python -m opencheckpoint`` runs the command line (Ctrl-C handled from here on: :mod:`.cli.entry`)."""
 
-import sys
+from .cli.entry import run
 
-from .cli.main import main
-
-sys.exit(main())
+run()

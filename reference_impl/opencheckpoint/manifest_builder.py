@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .format.models import FORMAT_NAME, FORMAT_VERSION
+from .format.names import FORMAT_NAME, FORMAT_VERSION
 
 __all__ = ["component_record", "manifest_body"]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -108,13 +109,34 @@ def min_bytes() -> int:
     return int(value) if value.isdigit() else MIN_BYTES
 
 
+def may_be_terminal(stream: Any) -> bool:
+    """False when rich would certainly not call ``stream`` a terminal, found without importing rich.
+
+    rich calls a stream a terminal when its ``isatty()`` is true, or when ``TTY_COMPATIBLE`` or
+    ``FORCE_COLOR`` is set; a pipe or a file with neither variable needs no rich at all (start-up).
+
+    >>> import io
+    >>> may_be_terminal(io.StringIO()) or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ
+    False
+    """
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
 def _sink_for(progress: ProgressArg, total: int, description: str) -> _Sink | None:
     if progress is None or progress is False:
         return None
     if progress is True:
+        if total < min_bytes() or not may_be_terminal(sys.stderr):
+            return None
         from rich.console import Console
 
-        if total < min_bytes() or not Console(stderr=True).is_terminal:
+        if not Console(stderr=True).is_terminal:
             return None
         return _RichSink(description, total)
     if callable(progress):
@@ -164,4 +186,5 @@ def advance(nbytes: int) -> None:
         reporter.advance(nbytes)
 
 
-__all__ = ["MIN_BYTES", "ProgressArg", "Reporter", "advance", "check", "files_bytes", "min_bytes", "reporting"]
+__all__ = ["MIN_BYTES", "ProgressArg", "Reporter", "advance", "check", "files_bytes", "may_be_terminal", "min_bytes",
+           "reporting"]

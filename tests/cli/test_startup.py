@@ -1,12 +1,14 @@
 """Start-up of the command line: what each command imports (issue 24, item 6), counted, not timed.
 
 ``python -X importtime`` lists every module a run imports; the test reads that list from a real
-``python -m opencheckpoint`` subprocess. ``--help`` needs only the parser: no NumPy, pydantic, rich,
-ml_dtypes or framework. ``inspect``, ``validate`` and ``ls`` read manifests and trees: NumPy and
-pydantic, but never a framework or ml_dtypes (whose import alone costs more CPU than NumPy's), nor
-the save path (the writer's modules, ``RunCheckpointer``), nor :mod:`importlib.metadata` (which the
-``crc32c`` package's ``__init__`` and pydantic's model building import). The CPU times these lists
-stand for are measured by ``benchmarks/cli_startup.py`` (docs/benchmarks.md, "Start-up").
+``python -m opencheckpoint`` subprocess, its output piped. ``--help`` needs only the parser: no NumPy,
+pydantic, rich, ml_dtypes or framework. ``inspect`` and ``validate`` decode trees (NumPy, msgpack) and
+``ls`` reads manifests only (neither); none of the three imports pydantic (the reader's records are
+plain dataclasses; pydantic is the JSON Schemas' source), rich (piped output is plain text), a
+framework or ml_dtypes (whose import alone costs more CPU than NumPy's), the save path (the writer's
+modules, ``RunCheckpointer``) or :mod:`importlib.metadata` (which the ``crc32c`` package's
+``__init__`` imports). The CPU times these lists stand for are measured by
+``benchmarks/cli_startup.py`` (docs/benchmarks.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ FRAMEWORKS = ("torch", "jax", "jaxlib", "flax", "optax", "orbax", "tensorflow", 
 #: Not imported by --help either: the parser needs none of them.
 HEAVY = (*FRAMEWORKS, "numpy", "pydantic", "pydantic_core", "rich", "msgpack", "crc32c")
 
+
+#: Libraries a read command's piped run does without: the manifest's records are dataclasses, output is plain.
+NOT_READ_SIDE = ("pydantic", "pydantic_core", "rich")
 
 #: Modules of the save path and of start-up costs that a command which only reads must not import.
 WRITE_SIDE = ("opencheckpoint.write", "opencheckpoint.tree.encode", "opencheckpoint.tree.datafile",
@@ -74,6 +79,19 @@ def test_read_commands_import_no_framework(run_dir: Path, command: str) -> None:
 def test_read_commands_import_no_save_path(run_dir: Path, command: str) -> None:
     target = run_dir if command == "ls" else next(run_dir.glob("checkpoint-*"))
     names = imported_modules(command, str(target))
-    assert "opencheckpoint.read.steps" in names  # it did read the checkpoint
+    assert "opencheckpoint.read.opened" in names  # it did open the checkpoint
     found = sorted(n for n in names if any(n == m or n.startswith(m + ".") for m in WRITE_SIDE))
     assert found == [], found
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate", "ls"])
+def test_read_commands_import_no_pydantic_and_no_rich_when_piped(run_dir: Path, command: str) -> None:
+    target = run_dir if command == "ls" else next(run_dir.glob("checkpoint-*"))
+    names = imported(command, str(target))
+    assert not names & set(NOT_READ_SIDE), sorted(names & set(NOT_READ_SIDE))
+
+
+def test_ls_imports_no_tree_codec(run_dir: Path) -> None:
+    # `ls` reads manifests and sizes (steps 1-11 of spec §15), never a tree document.
+    names = imported("ls", str(run_dir))
+    assert not names & {"numpy", "msgpack"}, sorted(names & {"numpy", "msgpack"})

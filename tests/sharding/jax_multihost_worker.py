@@ -1,11 +1,14 @@
 """One process of a 2-process ``jax.distributed`` CPU job for ``test_multihost.py``, run as a subprocess.
 
 ``python jax_multihost_worker.py PROCESS_ID PORT BUCKET``: 4 CPU devices per process (a global 4x2 mesh), its
-own ``TMPDIR`` (set by the launcher), only the S3 server of ``AWS_ENDPOINT_URL`` shared. In one launch:
+own ``TMPDIR`` (set by the launcher), only the S3 server of ``AWS_ENDPOINT_URL`` shared. It runs while the 2 torch
+ranks of ``multihost_worker.py resume`` do, and hands checkpoints to them through the store (``store_handoff``):
 
-* ``jax``: a collective save of arrays sharded over both processes to ``s3://``, restored in another layout;
-* ``torch->jax``: the FSDP2 checkpoint the torch ranks saved restored onto a ``NamedSharding``, each process
-  reading only the shards of its own devices' rows (the shards and bytes it read are printed);
+* ``jax``: a collective save of arrays sharded over both processes to ``s3://`` (the checkpoint the torch ranks
+  restore into DTensors), restored in another layout;
+* ``torch->jax``: once the 2 torch ranks have saved theirs, that FSDP2 checkpoint restored onto a
+  ``NamedSharding``, each process reading only the shards of its own devices' rows (the shards and bytes it
+  read are printed);
 * ``torch->nnx``: the same into a Flax NNX model sharded over both processes (``restore_nnx``);
 * ``disagree``: the processes load different checkpoints: both raise ``CollectiveError``, nothing restored.
 """
@@ -17,33 +20,23 @@ import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 
-import io
 import json
 import tempfile
 
-import fsspec
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from store_handoff import get_expected, read_summary, record_reads, wait_for_checkpoint
 
 from opencheckpoint import Checkpoint, open_checkpoint
-from opencheckpoint.read.sharded import ShardedReads
 from opencheckpoint.remote import publish
 
 FULL = np.arange(64, dtype=np.float32).reshape(8, 8)
 
 
-def spy(pid: int) -> list[tuple[str, int, int]]:
-    """Record each stored shard this process reads (file, offset, bytes); print what it uploads itself."""
-    reads: list[tuple[str, int, int]] = []
-    original = ShardedReads.shard
-
-    def shard(self: ShardedReads, record: object, *, verify: bool) -> np.ndarray:
-        reads.append((record.file, record.offset, record.nbytes))  # type: ignore[attr-defined]
-        return original(self, record, verify=verify)  # type: ignore[arg-type]
-
-    ShardedReads.shard = shard  # type: ignore[method-assign]
+def record_uploads(pid: int) -> None:
+    """Print the objects this process uploads itself (process 1; process 0's go with its commit)."""
     upload = publish.RankUpload.upload
 
     def uploading(self: publish.RankUpload) -> None:
@@ -51,7 +44,6 @@ def spy(pid: int) -> list[tuple[str, int, int]]:
         upload(self)
 
     publish.RankUpload.upload = uploading  # type: ignore[method-assign]
-    return reads
 
 
 def jax_round_trip(pid: int, bucket: str) -> None:
@@ -71,26 +63,23 @@ def jax_round_trip(pid: int, bucket: str) -> None:
     print(f"process {pid}: jax bit-exact {same}", flush=True)
 
 
-def torch_to_jax(pid: int, bucket: str, reads: list[tuple[str, int, int]]) -> None:
-    """The user's lines: a mesh, an abstract target per stored key, one load (the FSDP2 run saved 4 ranks)."""
-    expected = np.load(io.BytesIO(fsspec.filesystem("s3").cat_file(f"{bucket}/expected/torch.npz")))
-    reads.clear()
+def torch_to_jax(pid: int, bucket: str) -> None:
+    """The user's lines: a mesh, an abstract target per stored key, one load (2 FSDP2 ranks saved ``torch2``)."""
+    expected = get_expected(f"{bucket}/expected/torch2.npz")
+    reads = record_reads()
     # the lines of docs/scaling-out.md "Across frameworks and processes"
     mesh = jax.make_mesh((4, 2), ("x", "y"))
-    with open_checkpoint(f"s3://{bucket}/torch") as stored:  # shapes and dtypes only, no array read
+    with open_checkpoint(f"s3://{bucket}/torch2") as stored:  # shapes and dtypes only, no array read
         target = {k: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, P("x")))
                   for k, a in stored.tree("model").items()}
     assert not reads, "opening the checkpoint for its shapes read no shard"
-    weights = Checkpoint(model=target).load(f"s3://{bucket}/torch", timeout=60).values["model"]
+    weights = Checkpoint(model=target).load(f"s3://{bucket}/torch2").values["model"]
     same = all(weights[key].sharding == NamedSharding(mesh, P("x")) and all(
         np.array_equal(np.asarray(s.data), expected[f"model.{key}"][s.index]) for s in weights[key].addressable_shards)
         for key in target)
     print(f"process {pid}: torch->jax bit-exact {same} ({len(target)} arrays)", flush=True)
-    shards = set(reads)  # each distinct stored shard once (a device block asked again is served from the first read)
-    summary = {"files": sorted({file for file, _, _ in shards}), "shards": len(shards),
-               "bytes": sum(nbytes for _, _, nbytes in shards)}
-    print(f"process {pid}: torch->jax read {json.dumps(summary)}", flush=True)
-    total = sum(expected[key].nbytes for key in expected.files if key.startswith("model."))
+    print(f"process {pid}: torch->jax read {read_summary(reads)}", flush=True)
+    total = sum(array.nbytes for key, array in expected.items() if key.startswith("model."))
     print(f"process {pid}: torch->jax stored bytes {total}", flush=True)
 
 
@@ -105,12 +94,12 @@ def torch_to_nnx(pid: int, bucket: str) -> None:
         def __init__(self, rngs: nnx.Rngs) -> None:
             self.hidden, self.out = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 8, rngs=rngs)
 
-    expected = np.load(io.BytesIO(fsspec.filesystem("s3").cat_file(f"{bucket}/expected/torch.npz")))
+    expected = get_expected(f"{bucket}/expected/torch2.npz")
     mesh = jax.make_mesh((4, 2), ("x", "y"))
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: MLP(nnx.Rngs(0))))
     abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(
         s.shape, s.dtype, sharding=NamedSharding(mesh, P("x", "y") if len(s.shape) == 2 else P("x"))), abstract)
-    model = restore_nnx(f"s3://{bucket}/torch", "model", (graphdef, abstract),
+    model = restore_nnx(f"s3://{bucket}/torch2", "model", (graphdef, abstract),
                         rename=torch_to_nnx_rename({"0": "hidden", "2": "out"}, transpose=True))
     same = all(all(np.array_equal(np.asarray(s.data), expected[f"model.{key}.weight"].T[s.index])
                    for s in getattr(model, name).kernel.get_value().addressable_shards)
@@ -137,9 +126,10 @@ def main() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid, initialization_timeout=60)
     print(f"process {pid}: scratch {tempfile.gettempdir()}", flush=True)
-    reads = spy(pid)
+    record_uploads(pid)
     jax_round_trip(pid, bucket)
-    torch_to_jax(pid, bucket, reads)
+    wait_for_checkpoint(f"{bucket}/torch2", f"process {pid}")  # the 2 torch ranks save it meanwhile
+    torch_to_jax(pid, bucket)
     torch_to_nnx(pid, bucket)
     disagree(pid, bucket)
     jax.distributed.shutdown()  # together: process 0 hosts the coordination service

@@ -2,25 +2,30 @@
 
 ``python multihost_worker.py SCENARIO RANK WORLD PORT BUCKET``. Ranks share nothing local: each "host" has its
 own ``TMPDIR`` (set by the launcher), the only shared store is the S3 server named by ``AWS_ENDPOINT_URL``, and
-every location is an ``s3://`` URL. Scenarios: ``save`` (an FSDP2 model and its Adam state saved collectively;
-then a save in which the last rank's upload fails) and ``restore`` (both checkpoints restored on another number
-of ranks: the torch one, and the one the JAX processes saved, into DTensors). What each rank found is printed.
+every location is an ``s3://`` URL. Scenarios:
+
+* ``save`` (4 ranks): an FSDP2 model and its Adam state saved collectively; then a save in which the last rank's
+  upload fails;
+* ``resume`` (2 ranks, while the 2 JAX processes of ``jax_multihost_worker.py`` run): the 4-rank checkpoint
+  restored on 2 ranks; one more training step, saved by the 2 ranks (the checkpoint the JAX processes restore);
+  then the checkpoint the JAX processes saved restored into DTensors, each rank reading only its rows.
+
+What each rank found is printed.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import tempfile
 from datetime import timedelta
 from typing import Any
 
-import fsspec
 import numpy as np
 import torch
 import torch.distributed as dist
 from restore_worker import mlp
+from store_handoff import get_expected, put_expected, read_summary, record_reads, wait_for_checkpoint
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import distribute_tensor
@@ -83,9 +88,7 @@ def save(rank: int, world: int, bucket: str) -> None:
     Checkpoint(model=net, optim=optimizer).save(f"s3://{bucket}/torch", timeout=60)
     full = full_state(net, optimizer)
     if rank == 0:
-        buffer = io.BytesIO()
-        np.savez(buffer, **full)
-        fsspec.filesystem("s3").pipe_file(f"{bucket}/expected/torch.npz", buffer.getvalue())
+        put_expected(f"{bucket}/expected/torch.npz", full)
     print(f"rank {rank}: saved", flush=True)
     if rank == world - 1:
         fail_upload_of(rank)
@@ -95,19 +98,39 @@ def save(rank: int, world: int, bucket: str) -> None:
         print(f"rank {rank}: failed save raised {type(exc).__name__}: {exc}", flush=True)
 
 
-def restore(rank: int, world: int, bucket: str) -> None:
+def same_arrays(restored: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+    return sorted(restored) == sorted(expected) and all(np.array_equal(restored[k], expected[k]) for k in restored)
+
+
+def resume(rank: int, world: int, bucket: str) -> None:
+    """The 4-rank checkpoint on this job's 2 ranks; its next step saved for the JAX processes; theirs restored."""
+    print(f"rank {rank}: scratch {tempfile.gettempdir()}", flush=True)
     net, optimizer = model_and_optimizer(world, seed=77)  # other values, other layout (another world size)
     Checkpoint(model=net, optim=optimizer).load(f"s3://{bucket}/torch", timeout=60)
-    expected = np.load(io.BytesIO(fsspec.filesystem("s3").cat_file(f"{bucket}/expected/torch.npz")))
     restored = full_state(net, optimizer)
-    same = sorted(restored) == sorted(expected.files) and all(
-        np.array_equal(restored[key], expected[key]) for key in restored)
-    print(f"rank {rank}: torch bit-exact {same} ({len(restored)} arrays)", flush=True)
-    # The checkpoint two JAX processes saved, into an FSDP2 module over this job's ranks (rows sharded)
-    params = fully_shard(Pair(), mesh=init_device_mesh("cpu", (world,)))
-    Checkpoint(params=params).load(f"s3://{bucket}/jax", timeout=60)
+    same = same_arrays(restored, get_expected(f"{bucket}/expected/torch.npz"))
+    print(f"rank {rank}: torch bit-exact {same} ({len(restored)} arrays) on {world} ranks", flush=True)
+    torch.manual_seed(2)  # training goes on, on 2 ranks: the checkpoint of this step is the one JAX restores
+    net(torch.randn(4, 8)).square().sum().backward()
+    optimizer.step()
+    stepped = full_state(net, optimizer)  # collective: every rank takes part
+    if rank == 0:  # before the save: once its manifest is there, so is this
+        put_expected(f"{bucket}/expected/torch2.npz", stepped)
+    Checkpoint(model=net, optim=optimizer).save(f"s3://{bucket}/torch2", timeout=60)
+    print(f"rank {rank}: saved torch2", flush=True)
+    wait_for_checkpoint(f"{bucket}/jax", f"rank {rank}")
+    jax_to_dtensor(rank, bucket)
+
+
+def jax_to_dtensor(rank: int, bucket: str) -> None:
+    """The checkpoint the 2 JAX processes saved, into an FSDP2 module over this job's ranks (rows sharded)."""
+    reads = record_reads()
+    # the lines of docs/scaling-out.md "Across frameworks and processes"
+    params = fully_shard(Pair(), mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    Checkpoint(params=params).load(f"s3://{bucket}/jax")  # each rank reads only its rows
     local = params.w.to_local()
     print(f"rank {rank}: jax->dtensor local {list(local.shape)} of {params.w.device_mesh.size()} ranks", flush=True)
+    print(f"rank {rank}: jax->dtensor read {read_summary(reads)}", flush=True)
     same = (np.array_equal(params.w.full_tensor().detach().numpy(), JAX_FULL)
             and np.array_equal(params.rows.full_tensor().detach().numpy(), JAX_FULL * 2))
     print(f"rank {rank}: jax->dtensor bit-exact {same}", flush=True)
@@ -128,7 +151,7 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     try:
-        {"save": save, "restore": restore}[scenario](rank, world, bucket)
+        {"save": save, "resume": resume}[scenario](rank, world, bucket)
     finally:
         dist.destroy_process_group()
 

@@ -3,7 +3,8 @@
 Exit codes (every command): 0 success; 1 the checkpoint is invalid or cannot
 be read (a :class:`CheckpointError`), or a command that writes finds its
 target taken (it exists and ``--overwrite`` was not given, or it is not what
-the command writes); 2 usage error (bad arguments).
+the command writes); 2 usage error (bad arguments); 130 interrupted (Ctrl-C;
+:mod:`.entry` answers one that lands before or after :func:`main`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,16 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..format.errors import CheckpointError
+from .exit_codes import EXIT_INVALID, EXIT_OK, interrupted
+from .output import Output, Table, output_console
 
-if TYPE_CHECKING:
-    from rich.console import Console
+# Start-up cost: this module and the parser import nothing heavy (no NumPy, pydantic, rich or framework:
+# cli/output imports rich only for a terminal); each command imports what it uses when it runs
+# (tests/cli/test_startup.py counts the modules).
 
-# Start-up cost: this module and the parser import nothing heavy (no NumPy, pydantic, rich or framework);
-# each command imports what it uses when it runs (tests/cli/test_startup.py counts the modules).
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-#: Interrupted by Ctrl-C (SIGINT): 128 + the signal number, as shells report it.
-EXIT_INTERRUPTED = 130
 
 _EPILOG = "exit codes: 0 success, 1 invalid or unreadable checkpoint, 2 usage error, 130 interrupted (Ctrl-C)"
 #: What a PATH argument may be besides a local path (docs/object-stores.md).
@@ -57,7 +53,6 @@ def _arrays(count: int, shared: int, *, short: bool = False) -> str:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..read.validate import validate
-    from .output import output_console
 
     report = validate(args.path, progress=not args.json)  # a bar on a terminal only (opencheckpoint.progress)
     if args.json:
@@ -65,11 +60,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         out = output_console()
         if report.ok:
-            out.print(f"[green]valid[/green]: {args.path} ({report.checked_files} files, "
+            out.print(("valid", "green"), f": {args.path} ({report.checked_files} files, "
                       f"{_arrays(report.checked_arrays, report.shared_arrays)}, "
                       f"{_human(report.checked_bytes)} verified)")
         else:
-            out.print(f"[red]invalid[/red]: {clip(str(args.path))}: {len(report.errors)} error(s)")
+            out.print(("invalid", "red"), f": {clip(str(args.path))}: {len(report.errors)} error(s)")
             _print_issues(out, report.errors)
     return EXIT_OK if report.ok else EXIT_INVALID
 
@@ -96,10 +91,7 @@ def clip(text: str, limit: int = DISPLAY_CHARS) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from ..tools.inspect import describe
-    from .output import output_console
 
     summary = describe(args.path)
     status = EXIT_OK if summary["ok"] else EXIT_INVALID
@@ -109,17 +101,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print()
         return status
     out = output_console()
-    out.print(f"{clip(summary['path'])} ({summary['form']}, format v{summary['format_version']})",
-              markup=False, style="bold")
+    out.print(f"{clip(summary['path'])} ({summary['form']}, format v{summary['format_version']})", style="bold")
     producer = summary["producer"]
     out.print(f"id {clip(summary['checkpoint_id'])}, created {clip(summary['created_at'])}, by "
-              f"{clip(producer['name'])} {clip(producer['version'])}", markup=False)
+              f"{clip(producer['name'])} {clip(producer['version'])}")
     if summary["metadata"]:
-        out.print("metadata: " + clip(json.dumps(summary["metadata"], ensure_ascii=False), 4 * DISPLAY_CHARS),
-                  markup=False)
+        out.print("metadata: " + clip(json.dumps(summary["metadata"], ensure_ascii=False), 4 * DISPLAY_CHARS))
     for name, ext in summary["extensions"].items():
-        out.print(f"extension {clip(name)} v{ext['version']} must_understand={ext['must_understand']}",
-                  markup=False)
+        out.print(f"extension {clip(name)} v{ext['version']} must_understand={ext['must_understand']}")
     table = Table("component", "kind", "size", "arrays", "class")
     for name, entry in summary["components"].items():
         arrays = entry.get("arrays")
@@ -135,7 +124,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         arrays = entry.get("arrays") or []
         if not arrays:
             continue
-        detail = Table("array", "dtype", "shape", "bytes", title=clip(name), title_justify="left")
+        detail = Table("array", "dtype", "shape", "bytes", title=clip(name))
         for row in arrays[:limit]:
             size = _human(row["nbytes"]) + (f" (storage of {clip(row['shares'])})" if "shares" in row else "")
             detail.add_row(clip(row["path"]), row["dtype"], clip(str(row["shape"])), size)
@@ -144,7 +133,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         out.print(detail)
     if not summary["ok"]:
         errors = summary["errors"]
-        out.print(f"[red]invalid[/red]: {clip(summary['path'])}: {len(errors)} structural error(s)")
+        out.print(("invalid", "red"), f": {clip(summary['path'])}: {len(errors)} structural error(s)")
         _print_issues(out, errors)
     return status
 
@@ -153,14 +142,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 DISPLAY_ERRORS = 100
 
 
-def _print_issues(out: Console, errors: list[Any]) -> None:
+def _print_issues(out: Output, errors: list[Any]) -> None:
     """One line per error (file, field, rule, message), each value clipped, at most DISPLAY_ERRORS."""
     for issue in errors[:DISPLAY_ERRORS]:
         get = issue.get if isinstance(issue, dict) else issue.__dict__.get
         out.print(f"  {get('error')}: file={clip(get('file') or '-')} field={clip(get('field') or '-')} "
-                  f"rule={get('rule') or '-'}: {clip(get('message') or '', 2 * DISPLAY_CHARS)}", markup=False)
+                  f"rule={get('rule') or '-'}: {clip(get('message') or '', 2 * DISPLAY_CHARS)}")
     if len(errors) > DISPLAY_ERRORS:
-        out.print(f"  ... {len(errors) - DISPLAY_ERRORS} more (--json lists every one)", markup=False)
+        out.print(f"  ... {len(errors) - DISPLAY_ERRORS} more (--json lists every one)")
 
 
 def cmd_schema_export(args: argparse.Namespace) -> int:
@@ -256,10 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:
-        # One line, not the traceback of wherever the interrupt landed; a save in progress is left to its
-        # own cleanup (staging directories are debris the next save removes).
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        # A save in progress is left to its own cleanup (staging directories are debris the next save removes).
+        return interrupted()
 
 
 if __name__ == "__main__":

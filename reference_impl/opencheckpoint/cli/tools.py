@@ -9,15 +9,7 @@ import warnings
 from typing import Any
 
 from ..format.errors import TargetExists
-
-
-def output_console() -> Any:
-    """:func:`opencheckpoint.cli.output.output_console`, imported when a command prints (rich is not
-    imported by ``--help`` or the parser)."""
-    from .output import output_console as console
-
-    return console()
-
+from .output import Table, output_console
 
 _EPILOG = ("exit codes: 0 success, 1 invalid or unreadable input, or a target that exists (without --overwrite) "
            "or is not what the command writes, 2 usage error")
@@ -48,7 +40,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return refused_target(exc, args.overwrite)
     for warning in caught:  # what was left out, one line each (also in the manifest: converted_from)
         print(f"not converted: {warning.message}", file=sys.stderr)
-    output_console().print(f"converted {args.src} -> {path}", markup=False)
+    output_console().print(f"converted {args.src} -> {path}")
     return 0
 
 
@@ -66,10 +58,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                           "skipped": result.skipped}, indent=2))
         return 0
     out = output_console()
-    out.print(f"exported {len(result.tensors)} arrays and {len(result.values)} values to {result.path}",
-              markup=False)
+    out.print(f"exported {len(result.tensors)} arrays and {len(result.values)} values to {result.path}")
     for name, reason in result.skipped.items():
-        out.print(f"not exported: {name}: {reason}", markup=False)
+        out.print(f"not exported: {name}: {reason}")
     return 0
 
 
@@ -87,10 +78,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         return 0 if report.equal else 1
     out = output_console()
     if report.equal:
-        out.print("equal", markup=False)
+        out.print("equal")
         return 0
-    from rich.table import Table
-
     table = Table("path", "change", "detail", "max abs diff", "max rel diff")
     for change in report.changes:
         table.add_row(change.path, change.change, change.detail,
@@ -120,8 +109,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listing.to_dict(), indent=2))
         return 0
-    from rich.table import Table
-
     table = Table("name", "step", "created", "size", args.metric or listing.shown_metric or "metric", "valid", "")
     for entry in listing.entries:
         marks = [m for m, p in (("latest", listing.latest), ("best", listing.best)) if p == entry.path]
@@ -130,11 +117,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
                       "yes" if entry.valid else f"no: {entry.error}", ",".join(marks))
     out = output_console()
     out.print(table)
-    out.print(f"latest: {listing.latest or '-'}", markup=False)
+    out.print(f"latest: {listing.latest or '-'}")
     if args.metric:
-        out.print(f"best ({args.metric}, {args.mode}): {listing.best or '-'}", markup=False)
+        out.print(f"best ({args.metric}, {args.mode}): {listing.best or '-'}")
     elif listing.shown_metric:  # shown, not ranked: whether lower or higher is better is for --mode to say
-        out.print(f"best: pass --metric {listing.shown_metric} (lowest) or add --mode max (highest)", markup=False)
+        out.print(f"best: pass --metric {listing.shown_metric} (lowest) or add --mode max (highest)")
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..format.errors import CheckpointError
 from ..format.manifest import MANIFEST_NAME
-from ..format.models import FORMAT_NAME
+from ..format.names import FORMAT_NAME
 from ..format.strict_json import parse_ijson
 from ..rules import raise_if
 from ..rules.publication import PUB

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from .errors import CheckpointError, IncompatibleComponent
-from .models import KIND_PATTERN
+from .names import KIND_PATTERN
 from .paths import check_relative_path
 
 #: One step ``k -> k+1`` of a kind: the component's files at version k -> its files at version k+1.

@@ -48,9 +48,10 @@ from .errors import (
 from .integrity import crc32c_of, format_crc32c
 from .limits import MAX_FILES
 from .migrations import DEFAULT_CHAIN, MigrationChainRunner
-from .models import FORMAT_NAME, ComponentRecord, Extension, FileEntry, Manifest, Producer
-from .models import MANIFEST_NAME as MANIFEST_NAME  # re-exported: most modules import it from here
+from .names import FORMAT_NAME
+from .names import MANIFEST_NAME as MANIFEST_NAME  # re-exported: most modules import it from here
 from .paths import COMPONENT_PATH, INVENTORY_PATH, ascii_fold, conflict_errors, path_grammar_error, path_limit_error
+from .records import ComponentRecord, Extension, FileEntry, Manifest, Producer
 
 SUFFIX_LENGTH: Final = 32
 _SUFFIX: Final = re.compile(rb'"manifest_crc32c": "([0-9a-f]{8})"\n\}\n')
@@ -390,19 +391,20 @@ def understands(name: str, version: int, understood: Collection[str] | Mapping[s
 
 
 def typed_view(raw: dict[str, Any]) -> Manifest:
-    """The typed view of a manifest that passed steps 7 and 8: built, not checked a second time.
+    """The typed view of a manifest that passed steps 7 and 8: plain records, not checked a second time.
 
-    Every rule was checked once, by its function in the rule table; the models' ``Field``
-    constraints are the JSON Schema's statement of the same rules, not a second check.
+    Every rule was checked once, by its function in the rule table, and the member sets are closed
+    (R-MAN-7, R-CMP-*), so each record gets exactly its members; the models' ``Field`` constraints are
+    the JSON Schema's statement of the same rules, not a second check.
     """
     components = {
-        name: ComponentRecord.model_construct(**{**record, "files": {
-            rel: FileEntry.model_construct(**entry) for rel, entry in record["files"].items()}})
+        name: ComponentRecord(**{**record, "files": {
+            rel: FileEntry(**entry) for rel, entry in record["files"].items()}})
         for name, record in raw["components"].items()
     }
-    extensions = {name: Extension.model_construct(**record) for name, record in raw["extensions"].items()}
-    return Manifest.model_construct(**{**raw, "producer": Producer.model_construct(**raw["producer"]),
-                                       "extensions": extensions, "components": components})
+    extensions = {name: Extension(**record) for name, record in raw["extensions"].items()}
+    return Manifest(**{**raw, "producer": Producer(**raw["producer"]), "extensions": extensions,
+                       "components": components})
 
 
 def _raise_first(errors: list[CheckpointError], issues: list[CheckpointError] | None) -> None:

@@ -24,10 +24,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..rules.v1 import V1
-from .models import NEWEST_FORMAT_VERSION, MigrationChain, MigrationStepDeclaration
+from .names import NEWEST_FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from .models import MigrationChain
 
 ManifestStep = Callable[[dict[str, Any]], dict[str, Any]]
 #: (component record, payload) -> payload; payload is the decoded tree / JSON value.
@@ -68,7 +71,10 @@ class MigrationChainRunner:
         return self.current_version - len(self.steps)
 
     def declaration(self) -> MigrationChain:
-        """The chain as the ``migration-chain`` JSON document."""
+        """The chain as the ``migration-chain`` JSON document (a pydantic model: imported here, as a reader
+        never declares the chain)."""
+        from .models import MigrationChain, MigrationStepDeclaration
+
         return MigrationChain(
             current_version=self.current_version,
             steps=[

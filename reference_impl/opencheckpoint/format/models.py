@@ -1,11 +1,12 @@
 """Pydantic models of every JSON document the format defines (spec "manifest.json").
 
-They are the typed view of a verified manifest and the source of
-``schemas/v1/*.schema.json`` (``opencheckpoint schema export``; a test fails
-on any drift). The ``Field`` constraints here are the schema's statement of
-the member rules; at run time each rule is checked once, by its check
-function in :mod:`opencheckpoint.format.manifest`, which raises its own error class
-with its rule ID and the exact location. An optional member is absent or of
+They are the source of ``schemas/v1/*.schema.json`` (``opencheckpoint schema
+export``; a test fails on any drift). The ``Field`` constraints here are the
+schema's statement of the member rules; at run time each rule is checked once,
+by its check function in :mod:`opencheckpoint.format.manifest`, which raises its
+own error class with its rule ID and the exact location, and the reader's typed
+view of a verified manifest is the plain records of :mod:`.records` (same
+members; reading a checkpoint does not import pydantic). An optional member is absent or of
 its type, never ``null`` (the schema says so: ``SkipJsonSchema[None]``), and
 member names of ``components``, ``extensions`` and ``files`` are constrained
 by ``propertyNames``, as the text requires.
@@ -23,30 +24,24 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from .limits import JSON_MAX_SAFE_INT
+
+# The names and patterns are stated once, in .names (the readers use them without pydantic); re-exported here.
+from .names import BUILTIN_KINDS as BUILTIN_KINDS
+from .names import CRC32C_PATTERN as CRC32C_PATTERN
+from .names import EXTENSION_NAME_PATTERN as EXTENSION_NAME_PATTERN
+from .names import FORMAT_NAME as FORMAT_NAME
+from .names import FORMAT_VERSION as FORMAT_VERSION
+from .names import ID_PATTERN as ID_PATTERN
+from .names import KIND_PATTERN as KIND_PATTERN
+from .names import MANIFEST_NAME as MANIFEST_NAME
+from .names import NEWEST_FORMAT_VERSION as NEWEST_FORMAT_VERSION
+from .names import PATH_PATTERN as PATH_PATTERN
+from .names import SCHEMA_BASE_URI as SCHEMA_BASE_URI
+from .names import SCHEMA_BASE_URIS as SCHEMA_BASE_URIS
+from .names import SHA256_PATTERN as SHA256_PATTERN
+from .names import TIMESTAMP_PATTERN as TIMESTAMP_PATTERN
+from .names import TREE_V2_FILE_PATTERN as TREE_V2_FILE_PATTERN
 from .paths import NAME_PATTERN
-
-FORMAT_NAME: Final = "opencheckpoint"
-#: The root document's file name (spec §5).
-MANIFEST_NAME: Final = "manifest.json"
-#: The format version writers write when a checkpoint holds no sharded array (R-SHD-13): every
-#: single-process checkpoint stays readable by format version 1 readers.
-FORMAT_VERSION: Final = 1
-#: The newest format version this implementation reads (and writes for a checkpoint with a sharded array).
-NEWEST_FORMAT_VERSION: Final = 2
-SCHEMA_BASE_URI: Final = "https://opencheckpoint.org/schemas/v1/"
-#: ``$id`` base of format version N's schemas (``schemas/vN/``).
-SCHEMA_BASE_URIS: Final = {1: SCHEMA_BASE_URI, 2: "https://opencheckpoint.org/schemas/v2/"}
-#: Inventory keys of a ``tree`` component of kind_version 2 (format version 2, R-SHD-3).
-TREE_V2_FILE_PATTERN: Final = r"^(tree\.msgpack|data\.bin|shards/rank-[0-9]{5,}\.bin)$"
-
-PATH_PATTERN: Final = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"
-BUILTIN_KINDS: Final = ("tree", "json", "files")
-KIND_PATTERN: Final = r"^(tree|json|files|[a-z][a-z0-9-]*(\.[a-z0-9-]+)+/[a-z0-9_.-]+)$"
-EXTENSION_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$"
-TIMESTAMP_PATTERN: Final = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$"
-ID_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
-CRC32C_PATTERN: Final = r"^[0-9a-f]{8}$"
-SHA256_PATTERN: Final = r"^[0-9a-f]{64}$"
 
 Size = Annotated[int, Field(ge=0, le=JSON_MAX_SAFE_INT)]
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -70,10 +65,7 @@ class _Document(BaseModel):
     """Base: closed member sets, strict types (no "1" -> 1 coercion), frozen values.
 
     ``defer_build``: pydantic builds a model's validator when it first validates, not when the class is
-    defined. Readers make their records with ``model_construct`` (every rule is checked by
-    :mod:`opencheckpoint.format.manifest`), so the read path never builds one: building them all, and
-    loading pydantic's plugins through ``importlib.metadata``, was a third of ``opencheckpoint inspect``'s
-    CPU time (docs/benchmarks.md, "Start-up").
+    defined (a schema export or the migration chain's declaration builds what it uses, no more).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)  # inherited

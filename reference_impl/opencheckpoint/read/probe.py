@@ -19,7 +19,7 @@ from typing import Any
 
 from ..format.errors import CheckpointError, UnsupportedLocation
 from ..location import PathArg
-from .steps import CheckpointSteps
+from .opened import OpenedCheckpoint
 
 
 def is_checkpoint(path: PathArg) -> bool:
@@ -41,7 +41,7 @@ def is_checkpoint(path: PathArg) -> bool:
         (False, False)
     """
     try:
-        CheckpointSteps(path).close()
+        OpenedCheckpoint(path).close()
     except UnsupportedLocation:
         raise
     except (CheckpointError, OSError):
@@ -68,5 +68,5 @@ def manifest(path: PathArg) -> dict[str, Any]:
         >>> manifest(path)["format_version"]
         1
     """
-    with CheckpointSteps(path) as opened:
+    with OpenedCheckpoint(path) as opened:
         return opened.manifest

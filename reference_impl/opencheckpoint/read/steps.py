@@ -1,7 +1,7 @@
 """The validation steps 12-15 of one component, shared by loading and ``validate`` (spec §15).
 
 :class:`CheckpointSteps` is an opened checkpoint (steps 1-11 passed,
-:mod:`.opening`) that runs, per component, step 12 (kind), step 13 (the
+:mod:`.opened`) that runs, per component, step 12 (kind), step 13 (the
 payload file's size limit and CRC-32C), step 14 (parse the payload) and
 step 15 (array layout). ``load`` runs them for the components it reads;
 ``validate`` and ``inspect`` run each step over every component. The file
@@ -11,27 +11,25 @@ checksum rule R-CHK-7 is written once, in :func:`check_file_crc32c`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from ..container.base import FileRegion, Source
+from ..container.base import FileRegion
 from ..format.errors import (
     CheckpointError,
     IncompatibleComponent,
 )
 from ..format.integrity import crc32c_of, format_crc32c
 from ..format.limits import TREE_MAX_BYTES, VALUE_JSON_MAX_BYTES
-from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, UNDERSTOOD_EXTENSIONS, field_of
-from ..format.models import ComponentRecord, FileEntry
+from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
+from ..format.records import ComponentRecord, FileEntry
 from ..format.strict_json import parse_ijson
-from ..location import Location, PathArg, resolve_location
 from ..rules.container import CON
 from ..rules.v1 import V1
 from ..rules.v2 import V2
 from ..sharding.layout import check_sharded_layout
 from ..tree.decode import DecodedTree, decode_tree
 from ..tree.layout import check_layout
-from .opening import Understood, open_verified
+from .opened import OpenedCheckpoint
 from .sharded import ComponentFiles
 
 #: The payload file of each kind that has one (step 13).
@@ -48,65 +46,12 @@ def check_file_crc32c(crc: int, entry: FileEntry, file: str, where: str) -> None
                         field=where + ".crc32c")
 
 
-class CheckpointSteps:
+class CheckpointSteps(OpenedCheckpoint):
     """An open checkpoint (steps 1-11 passed) whose components are checked step by step on demand.
 
-    ``issues``, if given, receives every further error of the steps that can
-    report several (manifest members and paths, inventory, file sizes) when
-    opening fails; the first error is raised. ``check_files=False`` stops after
-    the manifest and paths (steps 1-9), for tools that describe a checkpoint
-    from its metadata alone; decoding a component still checks its files.
+    Opening, and the options ``issues`` and ``check_files``, are :class:`~.opened.OpenedCheckpoint`'s;
+    this class adds steps 12-15 (kinds, payload files, payload parsing, array layout).
     """
-
-    #: Open the shard data files of sharded arrays on their first read, not at opening (the read path:
-    #: :class:`~opencheckpoint.reader.CheckpointReader`); ``validate`` checks every file in step 11.
-    defer_shard_files = False
-
-    def __init__(
-        self,
-        path: PathArg,
-        *,
-        understood_extensions: Understood = UNDERSTOOD_EXTENSIONS,
-        issues: list[CheckpointError] | None = None,
-        check_files: bool = True,
-    ) -> None:
-        self.path: Location = resolve_location(path)
-        self._understood = understood_extensions
-        self.location: Location
-        self.source: Source
-        if isinstance(self.path, Path):
-            self.location, self.source, self.parsed = open_verified(self.path, understood_extensions, issues,
-                                                                    check_files, self.defer_shard_files)
-        else:  # a location on an fsspec filesystem (spec §12.7)
-            from .remote_opening import open_remote
-
-            self.location, self.source, self.parsed = open_remote(self.path, understood_extensions, issues,
-                                                                  check_files)
-
-    # -- metadata -------------------------------------------------------------
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The manifest as plain JSON values, ``format_version`` as written in the file.
-
-        The other members are read through the migration chain (R-VER-5), so they have the shape of this
-        reader's newest format version; ``format_version`` stays the file's own, as ``inspect`` and the
-        file itself say (a format version 1 checkpoint reads ``1``, never the reader's version).
-        """
-        return {**self.parsed.raw, "format_version": self.parsed.written_version}
-
-    @property
-    def components(self) -> dict[str, ComponentRecord]:
-        return dict(self.parsed.manifest.components)
-
-    def record(self, name: str) -> ComponentRecord:
-        try:
-            return self.parsed.manifest.components[name]
-        except KeyError:
-            raise CheckpointError(f"no component named {name!r} (has: {sorted(self.components)})",
-                                  file=str(self.path)) from None
-
-    def _file(self, record: ComponentRecord, rel: str) -> str:
-        return f"{record.path}/{rel}"
 
     # -- step 12 --------------------------------------------------------------
     def check_kind(self, name: str, kind: str | None = None) -> ComponentRecord:
@@ -217,12 +162,3 @@ class CheckpointSteps:
                 yield rel, self.read_small(name, rel)
             else:
                 yield rel, self.source.read_file(self._file(record, rel), entry.size)
-
-    def close(self) -> None:
-        self.source.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -40,7 +40,7 @@ from ..format.errors import (
     format_error,
 )
 from ..format.manifest import KIND_VERSIONS, MANIFEST_NAME, field_of
-from ..format.models import FileEntry
+from ..format.records import FileEntry
 from ..location import PathArg
 from ..progress import ProgressArg, advance, files_bytes, reporting
 from ..rules.archive import ZIP

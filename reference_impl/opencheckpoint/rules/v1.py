@@ -24,7 +24,7 @@ from ..format.errors import (
     UnsupportedVersion,
 )
 from ..format.limits import JSON_MAX_SAFE_INT, MAX_COMPONENTS, MAX_FILES
-from ..format.models import (
+from ..format.names import (
     CRC32C_PATTERN,
     EXTENSION_NAME_PATTERN,
     ID_PATTERN,

@@ -12,7 +12,7 @@ import re
 from typing import Any, Final
 
 from ..format.errors import ManifestError, UnsupportedVersion
-from ..format.models import MANIFEST_NAME
+from ..format.names import MANIFEST_NAME
 from . import RuleTable
 
 V2 = RuleTable(version=2, file=MANIFEST_NAME)

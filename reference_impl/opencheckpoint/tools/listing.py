@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from ..format.errors import CheckpointError, NotACheckpoint
 from ..location import local_path
-from ..read.reader import CheckpointReader
+from ..read.opened import OpenedCheckpoint
 from ..run.rotation_policy import ARCHIVE_SUFFIX
 from ..run.rotation_policy import metric as _metric
 
@@ -128,8 +128,8 @@ def list_run(
             continue
         entry = ListedCheckpoint(root / name, int(match.group(1)), valid=False, size=_size(root / name))
         try:
-            with CheckpointReader(entry.path) as reader:
-                manifest = reader.manifest
+            with OpenedCheckpoint(entry.path) as opened:  # steps 1-11, as opencheckpoint.manifest() reads
+                manifest = opened.manifest
             entry.created_at = str(manifest.get("created_at"))
             listing.metadata_keys.update(manifest.get("metadata") or {})
             metadata[entry.path] = manifest.get("metadata") or {}

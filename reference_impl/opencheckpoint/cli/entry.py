@@ -1,0 +1,68 @@
+"""The process of the command line: what ``opencheckpoint`` and ``python -m opencheckpoint`` run.
+
+:func:`run` answers Ctrl-C (SIGINT) the same way wherever it lands: one line,
+``interrupted``, on stderr and exit status 130 (docs/cli.md, "Exit codes").
+
+* While the command line's modules import (the first tens of milliseconds):
+  this module imports nothing but :mod:`signal`, :mod:`sys` and
+  :mod:`.exit_codes`, and :func:`run` imports :mod:`.main` inside its
+  ``try``, so an interrupt there is caught like one in a command. (Before
+  any code of the package runs, the interpreter's own start-up and the
+  package ``__init__``, which imports only the error classes, remain.)
+* While a command runs: :func:`~opencheckpoint.cli.main.main` catches it; the
+  ``finally`` blocks on the way out have removed what the command had half
+  written (``export``'s hidden ``.partial`` file, a save's staging directory).
+* A Ctrl-C caught inside code built by ``exec`` (dataclasses, named tuples):
+  :func:`_forget_caught_interrupt` keeps CPython from killing the process
+  with SIGINT at exit for an interrupt that was caught and answered.
+* After the command returned: Python restores the default action of SIGINT
+  when it shuts down, and a shutdown can take a few hundred milliseconds
+  (tearing down the modules of a large export). A Ctrl-C then
+  would end the process by the signal instead of with the command's status,
+  so :func:`run` ignores SIGINT once the command's result is known: what was
+  done is done and the status says so. (The interpreter keeps an ignored
+  signal ignored through its shutdown.)
+
+``main()`` itself changes no signal handler: tests and scripts call it in
+their own process.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import NoReturn
+
+from .exit_codes import interrupted
+
+
+def run() -> NoReturn:
+    """Run the command line on ``sys.argv`` and exit with its status (the console script's entry point)."""
+    status: int | str | None
+    try:
+        try:
+            from .main import main
+
+            status = main()
+        except SystemExit as exc:  # argparse ends --help, --version and usage errors so
+            status = exc.code
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # from here on a Ctrl-C must not replace the status
+    except KeyboardInterrupt:  # outside main()'s own handler: while importing, or as main() returned
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        status = interrupted()
+    _forget_caught_interrupt()
+    sys.exit(status)
+
+
+def _forget_caught_interrupt() -> None:
+    """Keep CPython from ending the process by SIGINT for a KeyboardInterrupt that was caught.
+
+    CPython marks a KeyboardInterrupt that leaves code run by ``exec`` of a string as unhandled, and a
+    ``python -m`` process so marked kills itself with SIGINT after its shutdown, whatever its status.
+    ``dataclasses`` and ``collections.namedtuple`` build their methods with ``exec``, so a Ctrl-C during
+    a command's imports often lands there: the command caught it and printed ``interrupted``, and the
+    process still died by the signal (status -2: ``export``, whose imports are the longest, lost its
+    130). Every ``exec`` of a string clears the mark before it runs: this one runs nothing else.
+    """
+    exec("pass")
