@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,9 @@ pytest.importorskip("torch.distributed.tensor")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-pytestmark = pytest.mark.slow  # each launch starts 2 Python processes importing torch
+pytestmark = pytest.mark.slow  # each launch starts 2 rank processes (forked from a preloaded interpreter)
+
+import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: imports torch)
 
 WORKER = Path(__file__).with_name("restore_worker.py")
 #: Seconds a whole launch may take (process start and imports included) on 2 busy cores.
@@ -43,22 +43,12 @@ def launch(scenario: str, world: int, *paths: Path | str) -> list[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
     joined = os.pathsep.join(map(str, paths))
-    ranks = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), str(port), joined],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for rank in range(world)]
-    outputs = []
-    try:
-        for rank in ranks:
-            stdout, stderr = rank.communicate(timeout=LAUNCH_BOUND)
-            assert rank.returncode == 0, stdout + stderr[-3000:]
-            outputs.append(stdout)
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-    return outputs
+    argvs = [[scenario, str(rank), str(world), str(port), joined] for rank in range(world)]
+    ranks = rank_launch.launch(WORKER, argvs, LAUNCH_BOUND, {**os.environ, "OMP_NUM_THREADS": "1"})
+    for rank in ranks:
+        assert rank.returncode == 0, rank.stdout + rank.stderr[-3000:]
+    return [rank.stdout for rank in ranks]
 
 
 def section(output: str, scenario: str) -> str:
