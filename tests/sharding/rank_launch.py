@@ -5,7 +5,9 @@ is forked from multiprocessing's forkserver, which imported torch, its distribut
 opencheckpoint once per test process: a fresh interpreter pays about 3.5 s of CPU for those imports before its
 first line, more than most scenarios cost (decision 0023). The script runs as ``__main__`` with its own
 ``sys.argv``, environment, and stdout/stderr (files, read back when it ended); its exit code is a
-subprocess's (``-9`` when SIGKILLed, the code of ``sys.exit``, 1 after an uncaught exception).
+subprocess's (``-9`` when SIGKILLed, the code of ``sys.exit``, 1 after an uncaught exception). Unlike a new
+interpreter's, its ``atexit`` handlers do not run (multiprocessing ends a child with ``os._exit``): a script that
+needs them (an async save left to finish at exit) is started with ``subprocess`` instead.
 """
 
 from __future__ import annotations
