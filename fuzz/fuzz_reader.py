@@ -24,7 +24,7 @@ Oracles, for every input, each call under a per-input timeout:
    and the conformance reader renders; if the reader accepts every component,
    ``validate`` reports only checks that need every byte (R-ARR-12 padding,
    whole-file CRC-32C of data.bin, SHA-256, ZIP CRC-32);
-3. the fast and the exact tree decoders agree on every tree.msgpack.
+3. the fast (Python and compiled) and the exact tree decoders agree on every tree.msgpack.
 
 Failing inputs are saved under fuzz/crashes/ with the traceback.
 
@@ -409,25 +409,27 @@ def _canonical(node: Any) -> Any:
 
 
 def check_decoders(data: bytes) -> None:
-    from opencheckpoint.tree import decode
+    from opencheckpoint.tree import ctree, decode
 
     try:
         exact = decode.exact_decode(data)
         exact_error = None
     except CheckpointError as exc:
         exact, exact_error = None, exc
-    try:
-        fast = decode.fast_decode(data)
-    except decode._Doubt:
-        return
-    except CheckpointError as exc:
-        raise Finding(f"fast decoder raised {exc!r}; exact decoder: {exact_error or 'accepted'}") from None
-    if exact_error is not None:
-        raise Finding(f"fast decoder accepted what the exact decoder rejects: {exact_error}")
-    assert exact is not None
-    if (_canonical(fast.root), fast.arrays, fast.has_placeholders) != (
-            _canonical(exact.root), exact.arrays, exact.has_placeholders):
-        raise Finding("fast and exact decoders disagree on the decoded tree")
+    # The Python fast path and the compiled one (tree/_ctree.c, when built): each a doubt or the exact tree.
+    for name, fast_path in (("fast", decode.fast_decode), ("compiled", ctree.compiled_decode)):
+        try:
+            fast = fast_path(data)
+        except decode._Doubt:
+            continue
+        except CheckpointError as exc:
+            raise Finding(f"{name} decoder raised {exc!r}; exact decoder: {exact_error or 'accepted'}") from None
+        if exact_error is not None:
+            raise Finding(f"{name} decoder accepted what the exact decoder rejects: {exact_error}")
+        assert exact is not None
+        if (_canonical(fast.root), fast.arrays, fast.has_placeholders) != (
+                _canonical(exact.root), exact.arrays, exact.has_placeholders):
+            raise Finding(f"{name} and exact decoders disagree on the decoded tree")
 
 
 def run_input(path: Path, tree_documents: list[bytes]) -> str:

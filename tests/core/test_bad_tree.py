@@ -16,6 +16,7 @@ import pytest
 from ckpt_helpers import MARK, array_node, crc_int, expect_rejected, forms, make_checkpoint, set_tree
 
 import opencheckpoint.rules.tree as tree_rules
+import opencheckpoint.tree.ctree as ctree_module
 import opencheckpoint.tree.exact as exact_module
 import opencheckpoint.tree.fast as fast_module
 from opencheckpoint import (
@@ -207,6 +208,7 @@ def test_node_count_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     # 10,000,001 nodes take seconds to build; the limit is a constant, so the check is exercised at 100.
     monkeypatch.setattr(exact_module, "TREE_MAX_NODES", 100)
     monkeypatch.setattr(fast_module, "TREE_MAX_NODES", 100)
+    monkeypatch.setattr(ctree_module, "TREE_MAX_NODES", 100)  # the compiled fast path's bound, also inline
     monkeypatch.setattr(tree_rules, "TREE_MAX_NODES", 100)  # the rule's check (the parsers test the bound inline)
     path = make_checkpoint(tmp_path)
     set_tree(path, [0] * 99, b"")  # 100 objects: accepted

@@ -53,6 +53,35 @@ def test_snapshot_is_taken_before_save_async_returns(tmp_path: Path) -> None:
     assert validate(path).ok
 
 
+
+def test_the_writer_thread_starts_writing_only_once_save_async_has_the_interpreter_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Thread.start`` returns once the writer runs; a writer that went straight on would hold the GIL and
+    keep ``save_async`` (the training loop) waiting for it, up to the switch interval, on every save."""
+    from opencheckpoint.write import async_save
+
+    start_returned = threading.Event()
+    seen: list[bool] = []
+
+    class Watched(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            start_returned.set()
+
+    real_run = async_save._run
+
+    def spy(*args: Any) -> None:
+        seen.append(start_returned.is_set())
+        real_run(*args)
+
+    monkeypatch.setattr(threading, "Thread", Watched)  # the writer is made by async_save through threading.Thread
+    monkeypatch.setattr(async_save, "_run", spy)
+    for step in range(5):
+        start_returned.clear()
+        Checkpoint(weights={"w": np.full(1000, step, dtype=np.float32)}).save_async(tmp_path / "c").result()
+    assert seen == [True] * 5
+    assert read_component(tmp_path / "c", "weights")["w"].tolist() == [4.0] * 1000
+
 @pytest.mark.torch
 def test_torch_module_state_is_copied_at_call_time(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")

@@ -61,6 +61,7 @@ from .torch_tensors import (
     dtype_name_of,
     numpy_to_tensor,
     place,
+    plain_tensors_to_numpy,
     target_device,
     tensor_to_numpy,
 )
@@ -110,7 +111,11 @@ class TorchStateDictAdapter(Adapter):
 
     def save(self, value: Any, writer: ComponentWriter) -> None:
         writer.hints.update(framework="torch", **{"class": _class_hint(value)})
-        write_state(writer, value.state_dict())
+        state = value.state_dict()
+        # An optimizer's state (a plain dict): its tensors converted in one pass, as a module's. Any other
+        # mapping may carry attributes write_state keeps: left to the encoder as it is.
+        arrays = plain_tensors_to_numpy(state) if type(state) is dict else None
+        write_state(writer, state if arrays is None else arrays)
 
     def prepare(self, value: Any, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         if isinstance(value, torch.optim.Optimizer) and reader.plan.selects:
@@ -190,7 +195,8 @@ class ModuleAdapter(Adapter):
             # torch's per-submodule versions (OrderedDict._metadata) are not tree data: they are kept
             # in the component record and re-attached on load, never dropped.
             writer.metadata = {VERSION_METADATA_KEY: versions}
-        writer.write_tree(dict(state))
+        arrays = plain_tensors_to_numpy(state)  # converted in one pass; None: the encoder names the refused one
+        writer.write_tree(dict(state) if arrays is None else arrays)
 
     def prepare(self, value: torch.nn.Module, reader: ComponentReader, *, strict: str) -> PreparedRestore:
         if _saved_by_state_dict_adapter(reader):

@@ -4,9 +4,10 @@ Every route that turns a torch tensor into array bytes (``Checkpoint.save``,
 ``save_async``'s snapshot, ``progress=``, the archive form, remote locations,
 ``RunCheckpointer``, ``Rotation``, the converters, tensors nested in plain dicts,
 lists, named tuples or optimizer state, each rank's DTensor block) goes through
-:func:`~.torch_tensors.tensor_to_numpy`, which calls :func:`dense_host_tensor`
-before it reads a byte. A tensor is read only when all of this is proven, with
-torch's own predicates:
+:func:`~.torch_tensors.tensor_to_numpy` (a module's state dict through
+:func:`~.torch_tensors.plain_tensors_to_numpy`, the same conversion for a whole
+mapping), which calls :func:`dense_host_tensor` before it reads a byte. A tensor
+is read only when all of this is proven, with torch's own predicates:
 
 * its type is exactly ``torch.Tensor`` or ``torch.nn.Parameter`` (and a
   parameter's ``.data`` is exactly a ``torch.Tensor``): no wrapper subclass

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import torch
 
 from ..format.dtypes import dtype_name, numpy_dtype
-from ..format.errors import IncompatibleComponent, UnsupportedValue
+from ..format.errors import CheckpointError, IncompatibleComponent, UnsupportedValue
+from ..format.limits import TREE_MAX_DEPTH
 from ..rules import required
 from ..rules.tree import TREE
 from ..tree.decode import empty_array
@@ -65,14 +66,67 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     ('bfloat16', True)
     """
     with outside_dispatch_modes():  # a save under FakeTensorMode still reads the real tensor's bytes
-        tensor = dense_host_tensor(tensor)  # the allowlist: raises unless its bytes are proven to be its values
-        name = dtype_name_of(tensor.dtype)
-        if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
-            return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
-        carrier = _BIT_CARRIERS.get(name)
-        if carrier is None:
-            return tensor.numpy()
-        return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
+        return _host_array(tensor)
+
+
+#: The tensor types :func:`plain_tensors_to_numpy` converts (the allowlist then checks each one).
+_PLAIN_TENSOR_TYPES: Final = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+def plain_tensors_to_numpy(values: Mapping[Any, Any]) -> dict[Any, Any] | None:
+    """``values`` as a dict with every plain tensor (exactly ``torch.Tensor`` or ``nn.Parameter``) replaced
+    by :func:`tensor_to_numpy`'s array, in one pass, also inside nested exact ``dict`` and ``list`` values
+    (an optimizer's per-parameter state); every other value (a DTensor, a subclass, extra state, a tuple,
+    an ``OrderedDict`` with what it holds) as it is.
+
+    A state dict is converted here before it reaches the tree encoder, which would otherwise try each
+    tensor as every kind of value it knows, then find this adapter through the framework table, per
+    tensor: about 4 ms of CPU for a module of 256 tensors, time ``save_async`` blocks the training loop.
+    Every tensor passes the same allowlist (:func:`~.torch_dense.dense_host_tensor`), and the arrays
+    share the tensors' memory (the encoder still finds tied weights by address). Only exact ``dict``
+    and ``list`` containers are rebuilt: they carry no attributes and come back as they were, so what
+    the encoder checks of the others is unchanged. None when a tensor is refused: the encoder then
+    converts them one by one and raises naming the refused entry's path.
+
+    >>> arrays = plain_tensors_to_numpy({"w": torch.ones(2), "state": {0: {"m": torch.zeros(1)}}, "step": 3})
+    >>> type(arrays["w"]).__name__, type(arrays["state"][0]["m"]).__name__, arrays["step"]
+    ('ndarray', 'ndarray', 3)
+    >>> plain_tensors_to_numpy({"w": torch.empty(2, device="meta")}) is None
+    True
+    """
+    with outside_dispatch_modes():  # entered once for the whole mapping
+        try:
+            return {key: _host_array(value) if type(value) in _PLAIN_TENSOR_TYPES else _in_plain(value, 1)
+                    for key, value in values.items()}
+        except CheckpointError:
+            return None
+
+
+def _in_plain(value: Any, depth: int) -> Any:
+    """``value`` with the plain tensors inside exact dicts and lists converted (below the tree's depth limit,
+    where the encoder refuses the value anyway, e.g. a dict that holds itself, nothing is converted)."""
+    kind = type(value)
+    if kind in _PLAIN_TENSOR_TYPES:
+        return _host_array(value)
+    if depth >= TREE_MAX_DEPTH:
+        return value
+    if kind is dict:
+        return {key: _in_plain(item, depth + 1) for key, item in value.items()}
+    if kind is list:
+        return [_in_plain(item, depth + 1) for item in value]
+    return value
+
+
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    """:func:`tensor_to_numpy` inside an :func:`outside_dispatch_modes` block its caller entered."""
+    tensor = dense_host_tensor(tensor)  # the allowlist: raises unless its bytes are proven to be its values
+    name = dtype_name_of(tensor.dtype)
+    if tensor.numel() == 0:  # no byte to share; NumPy may refuse .numpy() of e.g. shape [2**61, 3, 0]
+        return empty_array(tuple(tensor.shape), numpy_dtype(name).newbyteorder("="))
+    carrier = _BIT_CARRIERS.get(name)
+    if carrier is None:
+        return tensor.numpy()
+    return tensor.view(carrier[0]).numpy().view(numpy_dtype(name).newbyteorder("="))
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from ..format.errors import CheckpointError
 from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import format_crc32c
 from ..rules.tree import TREE
+from ..tree.ctree import crc_mismatch
 from ..tree.nodes import ArrayRef
 
 #: Arrays up to this size are read together, many per system call.
@@ -65,16 +66,22 @@ def bool_error(ref: ArrayRef, file: str) -> CheckpointError:
 
 
 def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify: bool,
-              single: Callable[[ArrayRef], np.ndarray]) -> dict[int, np.ndarray] | None:
+              single: Callable[[ArrayRef], np.ndarray], columns: bytes | None = None) -> dict[int, np.ndarray] | None:
     """Fresh arrays for ``refs`` (keyed by ``id(ref)``), or None when two non-empty nodes do not follow each
     other in the file (aliases, extents out of file order): :func:`~opencheckpoint.read.arrays.read_arrays` then
     reads node by node.
 
     ``single`` gives the array of each
-    node that is not small or is empty, in document order between the runs.
+    node that is not small or is empty, in document order between the runs. ``columns``: the compiled
+    decoder's (offset, nbytes, crc32c) rows of ``refs`` (:attr:`DecodedTree.columns`), when it gave them:
+    the extents are taken from them and each run's checksums compared in one C call.
     """
-    offsets = np.fromiter(map(attrgetter("offset"), refs), dtype=np.int64, count=len(refs))
-    sizes = np.fromiter(map(attrgetter("nbytes"), refs), dtype=np.int64, count=len(refs))
+    if columns is not None:
+        table = np.frombuffer(columns, dtype=np.uint64).reshape(-1, 3)
+        offsets, sizes = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)  # step 15: all < 2**63
+    else:
+        offsets = np.fromiter(map(attrgetter("offset"), refs), dtype=np.int64, count=len(refs))
+        sizes = np.fromiter(map(attrgetter("nbytes"), refs), dtype=np.int64, count=len(refs))
     nonempty = offsets[sizes > 0]
     if len(nonempty) > 1 and not (nonempty[1:] > nonempty[:-1]).all():
         return None
@@ -87,7 +94,7 @@ def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify
             limit = int(offsets[position]) + BATCH_BYTES
             last = max(position + 1, position + int(np.searchsorted(ends[position:index], limit, "right")))
             _read_batch(region, refs[position:last], offsets[position:last], sizes[position:last], file, verify,
-                        out)
+                        out, (columns, position) if columns is not None else None)
             position = last
         if index < len(refs):
             out[id(refs[index])] = single(refs[index])
@@ -96,26 +103,38 @@ def read_runs(region: FileRegion, refs: Sequence[ArrayRef], file: str, *, verify
 
 
 def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarray, sizes: np.ndarray, file: str,
-                verify: bool, out: dict[int, np.ndarray]) -> None:
+                verify: bool, out: dict[int, np.ndarray], rows: tuple[bytes, int] | None) -> None:
     start = int(offsets[0])
-    raw = bytearray(int(offsets[-1] + sizes[-1]) - start)
+    # Not zero-filled first (a bytearray is): every byte is read into it before any view is made.
+    raw = np.empty(int(offsets[-1] + sizes[-1]) - start, dtype=np.uint8)
     region.readinto(raw, start)
     relative = (offsets - start).tolist()
     names = list(map(_DTYPE, batch))
     if verify:
-        view = memoryview(raw)
-        computed = list(map(_crc32c, map(view.__getitem__, map(slice, relative, map(add, relative,
-                                                                                      sizes.tolist())))))
-        expected = list(map(_CRC, batch))
-        bad = len(batch)
-        if computed != expected:
-            bad = next(i for i, (c, e) in enumerate(zip(computed, expected, strict=True)) if c != e)
+        bad = crc_mismatch(raw, rows[0], rows[1], len(batch), start) if rows is not None else None
+        if bad is None:  # no compiled checksums here: one crc32c call per array
+            bad = _first_mismatch(raw, batch, relative, sizes)
+        elif bad < 0:
+            bad = len(batch)
         if "bool" in names:  # the bool bytes of every array before the first CRC-32C mismatch
             for i, ref in enumerate(batch[:bad]):
                 if names[i] == "bool" and np.frombuffer(raw, np.uint8, ref.nbytes, relative[i]).max() > 1:
                     raise bool_error(ref, file)
         if bad < len(batch):
-            check_crc(computed[bad], batch[bad], file)
+            check_crc(_crc32c(memoryview(raw)[relative[bad] : relative[bad] + batch[bad].nbytes]), batch[bad], file)
+    for name in set(names).difference(_DTYPE_CACHE):
+        cached_dtype(name)
     # ndarray(shape, dtype, buffer, offset): a writeable view of the array's bytes in ``raw``.
-    arrays: map[np.ndarray] = map(_NDARRAY, map(_SHAPE, batch), map(cached_dtype, names), repeat(raw), relative)
+    arrays: map[np.ndarray] = map(_NDARRAY, map(_SHAPE, batch), map(_DTYPE_CACHE.__getitem__, names), repeat(raw),
+                                  relative)
     out.update(zip(map(id, batch), arrays, strict=True))
+
+
+def _first_mismatch(raw: np.ndarray, batch: Sequence[ArrayRef], relative: list[int], sizes: np.ndarray) -> int:
+    """The index of the first array of ``batch`` whose CRC-32C differs from its node's (``len(batch)``: none)."""
+    view = memoryview(raw)
+    computed = list(map(_crc32c, map(view.__getitem__, map(slice, relative, map(add, relative, sizes.tolist())))))
+    expected = list(map(_CRC, batch))
+    if computed == expected:
+        return len(batch)
+    return next(i for i, (c, e) in enumerate(zip(computed, expected, strict=True)) if c != e)

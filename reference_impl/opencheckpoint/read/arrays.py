@@ -71,6 +71,7 @@ def read_arrays(
     verify: bool,
     targets: Mapping[int, np.ndarray] | None = None,
     deferred: list[tuple[ArrayRef, np.ndarray]] | None = None,
+    columns: bytes | None = None,
 ) -> dict[int, np.ndarray]:
     """Fresh arrays for the array nodes ``refs``, keyed by ``id(ref)``; identical extents share one array.
 
@@ -94,13 +95,14 @@ def read_arrays(
 
     ``deferred``, if given, receives the (node, target) pairs instead of the
     targets being filled (verified or not): the caller fills them later with
-    :func:`fill_targets` (phase 2 of a restore across components).
+    :func:`fill_targets` (phase 2 of a restore across components). ``columns``: the compiled decoder's
+    extents of ``refs`` (:attr:`~opencheckpoint.tree.exact.DecodedTree.columns`), when it gave them.
     """
     if not targets:
         # Fresh arrays only, extents in file order (what writers produce): runs of small arrays in bulk.
         with paused_gc():
             fresh = read_runs(region, refs, file, verify=verify,
-                              single=lambda ref: _single(region, ref, file, verify))
+                              single=lambda ref: _single(region, ref, file, verify), columns=columns)
         if fresh is not None:
             return fresh
     reads = _ArrayReads(region, file, verify=verify, scratch=bool(verify and targets), deferred=deferred)

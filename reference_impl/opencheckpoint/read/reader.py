@@ -113,7 +113,7 @@ class CheckpointReader(CheckpointSteps):
             fresh: dict[int, np.ndarray] = {}
             if decoded.arrays:
                 with self.open_region(data_file, size) as region:
-                    fresh = read_arrays(region, decoded.arrays, data_file, verify=verify)
+                    fresh = read_arrays(region, decoded.arrays, data_file, verify=verify, columns=decoded.columns)
             self._assemble_sharded(name, decoded, fresh, verify)
             return materialize_read(decoded, fresh, fw, map_location)
         decoded, data_map, data_file = self.decoded_tree(name)

@@ -115,7 +115,7 @@ class CheckpointSteps(OpenedCheckpoint):
             if record.kind_version >= 2:
                 check_sharded_layout(decoded, {rel: entry.size for rel, entry in record.files.items()}, record.path)
             else:
-                check_layout(decoded.arrays, size)
+                check_layout(decoded.arrays, size, columns=decoded.columns)
         except CheckpointError as exc:
             raise exc.at(file=self._file(record, "tree.msgpack")) from None
         return self._file(record, "data.bin"), size

@@ -106,7 +106,7 @@ def materialize_read(decoded: DecodedTree, fresh: dict[int, np.ndarray], fw: Fra
             return fw.dtype(node.name)
         return node
 
-    return materialize(decoded.root, leaf) if decoded.has_placeholders else decoded.root
+    return materialize(decoded.root, leaf, arrays) if decoded.has_placeholders else decoded.root
 
 
 def materialize_views(decoded: DecodedTree, view: Callable[[ArrayRef], np.ndarray], fw: Framework,

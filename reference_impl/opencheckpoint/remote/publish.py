@@ -75,7 +75,44 @@ def upload_checkpoint(staged: Path, target: FsPath) -> None:
     objects = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
     plan = {"target": target.name, "started": time.time(), "objects": objects}
     with _marker(target, "staging", json.dumps(plan).encode()) as marker:
+        try:
+            _claim(target, marker)
+        except ConcurrentModification:
+            _withdraw(target, [], marker)  # nothing was uploaded: only the marker goes
+            raise
         _upload(staged, objects, target, marker)
+
+
+def _claim(target: FsPath, marker: FsPath) -> None:
+    """Go on only if no other live writer's marker for ``target`` exists now that this writer's marker does.
+
+    :func:`check_remote_target` looked for other writers before this writer's marker existed, so two saves
+    starting together could both pass it and then overwrite each other's same-named objects. Checking again
+    after writing the marker closes that window on a store that lists what was written before (S3, GCS and
+    fsspec's memory filesystem do): of two writers, the later one to list sees the other's marker, so at most one
+    uploads anything, and none uploads over a checkpoint published since that check. Both may step back (each
+    saw the other): each gets :class:`ConcurrentModification`, and nothing below the target was written.
+    """
+    directory, prefix = target.parent, f".{target.name}.oc-"
+    directory.fs.invalidate_cache(directory.path)
+    try:
+        names = [str(n).rstrip("/").rsplit("/", 1)[-1] for n in directory.fs.ls(directory.path, detail=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    for name in sorted(names):
+        match = _MARKER.fullmatch(name)
+        if match is None or not name.startswith(prefix) or (directory / name).path == marker.path:
+            continue
+        if not _writer_ended(directory / name, match["process"]):
+            raise ConcurrentModification(f"another writer started saving to this prefix at the same time (its "
+                                         f"marker {name!r}); a checkpoint has one writer, and this save wrote "
+                                         "nothing", file=str(target))
+    # A writer whose marker was already gone had published first (its manifest is written before its marker is
+    # removed), so the manifest is looked for after the markers: this writer must not overwrite its objects.
+    target.fs.invalidate_cache(target.path)
+    if target.fs.exists(target.key(MANIFEST_NAME)):
+        raise ConcurrentModification("another writer published a checkpoint at this prefix just before this save "
+                                     "started uploading; this save wrote nothing", file=str(target))
 
 
 def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) -> None:
@@ -83,9 +120,14 @@ def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) ->
     fs = target.fs
     uploaded: list[str] = []
     try:
-        _put_objects(staged, [rel for rel in objects if rel != MANIFEST_NAME], target, uploaded)
+        _put_objects(staged, [rel for rel in objects if rel != MANIFEST_NAME], target, uploaded, marker)
         fs.invalidate_cache(target.path)
         if fs.exists(target.key(MANIFEST_NAME)):
+            # A writer that did not claim the prefix (an older version, or one that took this writer's marker for
+            # an ended one) published here: the same-named objects are its checkpoint's now, never ours to delete.
+            listed = set(_listed_objects(target))
+            theirs = set(objects) if listed == {MANIFEST_NAME} else listed  # unreadable: assume every name is
+            uploaded[:] = [rel for rel in uploaded if rel not in theirs]
             raise ConcurrentModification("another writer published a checkpoint at this prefix while this save "
                                          "was uploading; this save published nothing", file=str(target))
         fault_point("upload:manifest.json")
@@ -95,10 +137,19 @@ def _upload(staged: Path, objects: list[str], target: FsPath, marker: FsPath) ->
         raise
 
 
-def _put_objects(staged: Path, objects: list[str], target: FsPath, uploaded: list[str]) -> None:
+def _put_objects(staged: Path, objects: list[str], target: FsPath, uploaded: list[str], marker: FsPath) -> None:
     """Upload each of ``objects`` (below ``staged``) to the same name below ``target``, noting each in ``uploaded``
-    before it is sent (a failed put may have left it half there)."""
+    before it is sent (a failed put may have left it half there).
+
+    Another machine takes a marker for its ended writer's once it is :data:`STALE_AFTER_S` old (it cannot ask
+    whether a process there still runs), so an upload that lasts longer rewrites its marker between objects
+    well before then: a writer that still runs never looks ended.
+    """
+    written = time.monotonic()
     for rel in objects:
+        if time.monotonic() - written > STALE_AFTER_S / 4:
+            target.fs.pipe_file(marker.path, target.fs.cat_file(marker.path))  # same plan, new modification time
+            written = time.monotonic()
         fault_point(f"upload:{rel}")
         uploaded.append(rel)
         target.fs.put_file(str(staged / rel), target.key(rel))
@@ -149,7 +200,7 @@ class RankUpload:
             fault_point("write-marker:staging")
             plan = {"target": self.target.name, "started": time.time(), "objects": self.objects}
             self.target.fs.pipe_file(marker.path, json.dumps(plan).encode())
-            _put_objects(self.staged, self.objects, self.target, self._uploaded)
+            _put_objects(self.staged, self.objects, self.target, self._uploaded, marker)
         except BaseException:
             self.settle(published=False)
             raise

@@ -32,7 +32,10 @@ from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
+from .ctree import gather as compiled_gather
+from .ctree import plan_run as compiled_plan_run
 from .file_array import FileArray
+from .plan_runs import name_of
 
 __all__ = ["DataFilePlan", "Writable"]
 
@@ -153,6 +156,21 @@ class DataFilePlan:
         self.size = offsets[-1] + sizes[-1]
         return planned
 
+    def compiled_run(self, arrays: list[np.ndarray], marker: Any) -> list[list[Any]] | None:
+        """The array nodes of a run of NumPy arrays planned in one C call (:func:`~.ctree.plan_run`):
+        what :func:`~.plan_runs.plain_run` and :meth:`new_extents` give, the same extents and nodes;
+        None when the extension is not used or an array needs another path."""
+        ids = list(map(id, arrays))
+        if self._by_address_mode or len(set(ids)) != len(ids) or not self._by_id.keys().isdisjoint(ids):
+            return None
+        made = compiled_plan_run(arrays, -(-self.size // ALIGNMENT) * ALIGNMENT, marker, _Planned, name_of)
+        if made is None:
+            return None
+        planned, nodes, self.size = made
+        self.extents += planned
+        self._by_id.update(zip(ids, planned, strict=True))
+        return nodes
+
     def source_extent(self, array: FileArray, nbytes: int) -> _Planned:
         """A new extent for an array read from a file while the data file is written (never an alias)."""
         return self._new_extent(array, nbytes)
@@ -255,6 +273,7 @@ _NBYTES = attrgetter("nbytes")
 _OFFSET = attrgetter("offset")
 _ARRAY = attrgetter("array")
 _BUFFER = attrgetter("buffer")
+_NODES = attrgetter("nodes")
 
 
 def _small_run_end(sizes: np.ndarray, start: int) -> int:
@@ -273,9 +292,13 @@ def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:
     CRC-32C in its nodes; return the file position after the run.
 
     One ``map`` of the CRC call and one ``join`` over the run's arrays (any C-contiguous array is a
-    buffer of its bytes), instead of a dozen Python steps per array.
+    buffer of its bytes), instead of a dozen Python steps per array; or all of it in one C call
+    (:func:`opencheckpoint.tree.ctree.gather`) when the extension is built.
     """
     arrays: list[Any] = list(map(_ARRAY, run))
+    gathered = compiled_gather(arrays, list(map(_OFFSET, run)), list(map(_NODES, run)), position, pending)
+    if gathered is not None:
+        return gathered
     try:
         crcs = list(map(_crc32c, arrays))
     except (TypeError, ValueError, BufferError):  # an array without a plain buffer: through a uint8 view

@@ -21,11 +21,12 @@ opencheckpoint.format.errors.TreeError: TreeError: $: 1 bytes after the end of t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
 
+from .ctree import compiled_decode
 from .exact import DecodedTree as DecodedTree
 from .exact import exact_decode as exact_decode
 from .fast import _Doubt as _Doubt
@@ -44,19 +45,20 @@ def decode_tree(data: bytes, *, understood_tags: Collection[int] = (), format_ve
     ``format_version`` (the checkpoint's, as written) and ``kind_version`` (the
     component's) decide whether tag 10 is a sharded array (format version 2).
 
-    A document is first tried on the fast path (:func:`fast_decode`); when
-    that path has any doubt, :func:`exact_decode` decides, so results and
-    errors are those of the exact parser.
+    A document is first tried on the fast paths (:func:`compiled_decode`, the C
+    extension when built, then :func:`fast_decode`); when they have any doubt,
+    :func:`exact_decode` decides, so results and errors are those of the exact parser.
     """
     data = bytes(data)
     with paused_gc():  # one object per byte or so, none of them garbage (gc_pause)
         if not understood_tags:
-            try:
-                return fast_decode(data)
-            except _Doubt as doubt:
-                # The instance is shared: its traceback would keep this call's frames, and through
-                # them the caller's decoded trees, alive until the next doubt.
-                doubt.__traceback__ = None
+            for fast in (compiled_decode, fast_decode):
+                try:
+                    return fast(data)
+                except _Doubt as doubt:
+                    # The instance may be shared: its traceback would keep this call's frames, and through
+                    # them the caller's decoded trees, alive until the next doubt.
+                    doubt.__traceback__ = None
         # The fast path knows tags 1..8 only: a sharded array (tag 10) is always a doubt it leaves here.
         return exact_decode(data, understood_tags=understood_tags, format_version=format_version,
                             kind_version=kind_version)
@@ -93,19 +95,29 @@ def empty_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
                                   reported_as=IncompatibleComponent)) from None
 
 
-def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """Replace every placeholder (ArrayRef, ShardedArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``."""
+def materialize(value: Any, leaf: Callable[[Any], Any], arrays: Mapping[int, Any] | None = None) -> Any:
+    """Replace every placeholder (ArrayRef, ShardedArrayRef, PRNGKeyValue with a ref, DtypeValue) through ``leaf``.
+
+    ``arrays``, when given, is what ``leaf`` returns for an :class:`ArrayRef` (``arrays[id(ref)]``): a dict
+    whose values are all array nodes (a state dict) is then built by C-level ``map``s, no call per value.
+
+    >>> ref = ArrayRef("float32", (2,), 0, 8, 1, "$.w")
+    >>> materialize({"w": ref, "n": [ref, 3]}, lambda node: "A", {id(ref): "A"})
+    {'w': 'A', 'n': ['A', 3]}
+    """
     kind = type(value)
     if kind is dict:
+        if arrays is not None and value and _ONLY_ARRAY_REF.issuperset(map(type, value.values())):
+            return dict(zip(value, map(arrays.__getitem__, map(id, value.values())), strict=True))
         # Placeholders and plain leaves inline: a dict of 20,000 arrays costs no call per value but leaf's.
-        return {k: leaf(v) if type(v) in _PLACEHOLDERS else materialize(v, leaf) if type(v) in _NESTED else v
-                for k, v in value.items()}
+        return {k: leaf(v) if type(v) in _PLACEHOLDERS else materialize(v, leaf, arrays) if type(v) in _NESTED
+                else v for k, v in value.items()}
     if kind is list:
-        return [materialize(v, leaf) for v in value]
+        return [materialize(v, leaf, arrays) for v in value]
     if kind is tuple:
-        return tuple(materialize(v, leaf) for v in value)
+        return tuple(materialize(v, leaf, arrays) for v in value)
     if isinstance(value, NamedTupleValue):
-        return NamedTupleValue(value.type_name, {k: materialize(v, leaf) for k, v in value._asdict().items()})
+        return NamedTupleValue(value.type_name, {k: materialize(v, leaf, arrays) for k, v in value._asdict().items()})
     if kind in _PLACEHOLDERS:
         return leaf(value)
     return value
@@ -114,3 +126,4 @@ def materialize(value: Any, leaf: Callable[[Any], Any]) -> Any:
 _PLACEHOLDERS = frozenset({ArrayRef, ShardedArrayRef, PRNGKeyValue, DtypeValue})
 #: Types whose values :func:`materialize` walks (a decoded tree holds these exact types, no subclasses).
 _NESTED = frozenset({dict, list, tuple, NamedTupleValue})
+_ONLY_ARRAY_REF = frozenset({ArrayRef})

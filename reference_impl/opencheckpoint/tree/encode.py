@@ -247,7 +247,12 @@ class TreePlan:
 
     def _array_run(self, keys: list[str], arrays: list[np.ndarray], out: dict[Any, Any], path: str) -> None:
         """Plan consecutive dict values that are arrays, in order: in one step when every one is a plain
-        distinct array that owns its memory (:func:`_plain_run`), else one at a time (:meth:`_array`)."""
+        distinct array that owns its memory (:func:`_plain_run`; one C call when the extension is built),
+        else one at a time (:meth:`_array`)."""
+        compiled = self.data.compiled_run(arrays, _MARK_ARRAY)
+        if compiled is not None:
+            out.update(zip(keys, compiled, strict=True))
+            return
         named = _plain_run(arrays)
         planned = self.data.new_extents(arrays, named[1]) if named is not None else None
         if named is None or planned is None:

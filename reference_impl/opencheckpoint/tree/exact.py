@@ -61,6 +61,9 @@ class DecodedTree:
     has_placeholders: bool
     #: Sharded array nodes (tag 10, format version 2) in document order.
     sharded: list[ShardedArrayRef] = field(default_factory=list)
+    #: From the compiled decoder (:mod:`.ctree`) only: each array node's (offset, nbytes, crc32c) as native
+    #: uint64s in document order, when every node is within R-LIM-13..16 with nbytes = shape x itemsize.
+    columns: bytes | None = None
 
 
 

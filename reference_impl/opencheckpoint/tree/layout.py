@@ -132,14 +132,42 @@ def layout_is_valid(arrays: Sequence[ArrayRef], file_size: int) -> bool:
     offset = np.array(offsets, dtype=np.uint64)  # < 2**63 each: offset + nbytes fits
     size = np.array(nbytes, dtype=np.uint64)
     crc = np.array(list(map(_CRC, arrays)), dtype=np.uint64)
+    empty = size == 0
+    if empty.any() and any(limit_error(ref) is not None for ref, is_empty in zip(arrays, empty.tolist(), strict=True)
+                           if is_empty):
+        return False
+    return _extents_valid(offset, size, crc, file_size)
+
+
+def columns_valid(columns: bytes, file_size: int) -> bool:
+    """:func:`layout_is_valid` over the compiled decoder's columns (:attr:`DecodedTree.columns`).
+
+    The decoder gives columns only when every node is within R-LIM-13 .. R-LIM-16
+    and its nbytes is its shape product x itemsize (R-ARR-4); what is left is
+    checked here with NumPy, the same way.
+
+    >>> import numpy as np
+    >>> columns_valid(np.array([0, 8, 1, 64, 8, 2], dtype=np.uint64).tobytes(), 72)
+    True
+    >>> columns_valid(np.array([0, 8, 1, 32, 8, 2], dtype=np.uint64).tobytes(), 40)  # offset 32: R-ARR-5
+    False
+    """
+    table = np.frombuffer(columns, dtype=np.uint64).reshape(-1, 3)
+    if not len(table):
+        return file_size == 0
+    offset, size, crc = table[:, 0], table[:, 1], table[:, 2]
+    if int(offset.max()) >= _LIMIT:  # nbytes < 2**63 already: offset + nbytes fits
+        return False
+    return _extents_valid(offset, size, crc, file_size)
+
+
+def _extents_valid(offset: np.ndarray, size: np.ndarray, crc: np.ndarray, file_size: int) -> bool:
+    """Alignment, empty arrays, order, aliases and the file end over uint64 columns (offsets, nbytes < 2**63)."""
     if (offset % ALIGNMENT).any():
         return False
     empty = size == 0
     if empty.any():
         if (offset[empty] | crc[empty]).any():
-            return False
-        if any(limit_error(ref) is not None for ref, is_empty in zip(arrays, empty.tolist(), strict=True)
-               if is_empty):
             return False
         keep = ~empty
         offset, size, crc = offset[keep], size[keep], crc[keep]
@@ -169,9 +197,13 @@ _DTYPE = attrgetter("dtype")
 _ITEMSIZES = {name: entry[0] for name, entry in DTYPES.items()}
 
 
-def check_layout(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.bin") -> None:
-    """Raise the first violation of step 15 (see the module docstring for the order) in the data file ``name``."""
-    if layout_is_valid(arrays, file_size):
+def check_layout(arrays: Sequence[ArrayRef], file_size: int, name: str = "data.bin", *,
+                 columns: bytes | None = None) -> None:
+    """Raise the first violation of step 15 (see the module docstring for the order) in the data file ``name``.
+
+    ``columns``: the compiled decoder's extents of ``arrays`` (:func:`columns_valid`), when it gave them.
+    """
+    if columns_valid(columns, file_size) if columns is not None else layout_is_valid(arrays, file_size):
         return
     errors = layout_errors(arrays, file_size, name)
     if errors:

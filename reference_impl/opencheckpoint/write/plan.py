@@ -23,8 +23,11 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..adapters.protocol import Adapter
 from ..container.debris import release
@@ -112,7 +115,8 @@ class SavePlan:
     @property
     def nbytes(self) -> int:
         """The array bytes the write stage moves (each extent 64-byte aligned): progress's total."""
-        return sum(-(-extent.nbytes // ALIGNMENT) * ALIGNMENT for extent in self.extents)
+        sizes = np.fromiter(map(_NBYTES, self.extents), dtype=np.int64)  # one C pass (20,000 tiny arrays)
+        return int(((sizes + (ALIGNMENT - 1)) // ALIGNMENT * ALIGNMENT).sum())
 
     def agreement(self) -> dict[str, Any]:
         """The plan as every rank of a collective save must share it, as JSON values (metadata and
@@ -129,3 +133,6 @@ class SavePlan:
         """Drop the plan's scratch directory (the plan is spent)."""
         shutil.rmtree(self.scratch, ignore_errors=True)
         release(self.scratch)
+
+
+_NBYTES = attrgetter("nbytes")
