@@ -95,3 +95,19 @@ def test_ls_imports_no_tree_codec(run_dir: Path) -> None:
     # `ls` reads manifests and sizes (steps 1-11 of spec §15), never a tree document.
     names = imported("ls", str(run_dir))
     assert not names & {"numpy", "msgpack"}, sorted(names & {"numpy", "msgpack"})
+
+
+@pytest.mark.parametrize(("chosen", "seen"), [(None, "1"), ("4", "4")])
+def test_the_command_line_asks_for_one_blas_thread_unless_the_user_chose(chosen: str | None, seen: str) -> None:
+    """NumPy's OpenBLAS starts a thread per core on import (a third of ``import numpy``'s CPU); no command needs it."""
+    import os
+
+    code = ("import os; import opencheckpoint.cli.main as cli; "
+            "cli.main = lambda: print(os.environ.get('OPENBLAS_NUM_THREADS')) or 0; "
+            "from opencheckpoint.cli.entry import run; run()")
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    if chosen is not None:
+        env["OPENBLAS_NUM_THREADS"] = chosen
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, seen), done.stderr[-2000:]

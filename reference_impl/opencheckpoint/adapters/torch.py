@@ -209,15 +209,16 @@ class ModuleAdapter(Adapter):
             from .torch_dtensor import read_module_state
 
             stored = read_module_state(reader, own)
+            skipped: list[str] = []
         else:
-            stored = reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify)
+            stored, skipped = _stored_state(reader, own)
         if not isinstance(stored, dict):
             raise IncompatibleComponent(f"stored value is a {type(stored).__name__}, not a state dict")
         if not _holds_dtensors(own) and reader.plan.selects:  # rename= / subtree= (a copy; as stored without)
             stored = reader.plan.apply_flat(stored, reader.name)
         ranges = MapRanges(() if _holds_dtensors(own) else stored.values())  # where the map's views live
         missing = [k for k in own if k not in stored]
-        unexpected = [k for k in stored if k not in own]
+        unexpected = [k for k in stored if k not in own] + skipped
         mismatched = []
         dtype_only: list[tuple[str, str]] = []
         for key in own:
@@ -263,6 +264,19 @@ class ModuleAdapter(Adapter):
                               + "; ".join(problems), stacklevel=5)
 
         return PreparedRestore(apply)
+
+
+def _stored_state(reader: ComponentReader, own: Mapping[str, Any]) -> tuple[Any, list[str]]:
+    """The stored state dict (views of the map), and the stored entries left unread: on an object store
+    (each read a request) a module that lacks some stored entries reads only the ones it has, each verified,
+    so a partial load fetches what it restores (issue 22); the others are reported as unexpected all the same."""
+    source = reader.reader.source
+    names = reader.reader.entry_names(reader.name) if source.reads_by_request and not reader.plan.selects else None
+    if names is None or set(names) <= set(own):
+        return reader.reader.read(reader.name, framework=_VIEWS, copy=False, verify=reader.verify), []
+    wanted = [name for name in names if name in own]
+    stored = reader.reader.read_entries(reader.name, wanted, framework="torch", verify=reader.verify)
+    return stored, [name for name in names if name not in own]
 
 
 def _saved_by_state_dict_adapter(reader: ComponentReader) -> bool:

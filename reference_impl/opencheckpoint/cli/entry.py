@@ -29,16 +29,23 @@ their own process.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import NoReturn
 
 from .exit_codes import interrupted
 
+#: NumPy's OpenBLAS starts one thread per core when NumPy is imported, which cost 0.08 s of CPU of the 0.2 s
+#: that ``import numpy`` takes here (benchmarks/cli_startup.py, decision 0024). The command line does no linear
+#: algebra, so it asks for one BLAS thread unless the user chose a number.
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
+
 
 def run() -> NoReturn:
     """Run the command line on ``sys.argv`` and exit with its status (the console script's entry point)."""
     status: int | str | None
+    os.environ.setdefault(*BLAS_THREADS)
     try:
         try:
             from .main import main

@@ -43,6 +43,9 @@ class Source(abc.ABC):
 
     #: "directory" or "archive"
     form: str
+    #: whether every read is a request over the network (an object store): a partial load then reads only the
+    #: arrays it restores, each by its exact range, rather than the whole data file
+    reads_by_request = False
 
     def __init__(self, path: Location) -> None:
         self.path = path

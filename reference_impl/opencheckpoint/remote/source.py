@@ -44,6 +44,7 @@ class RemoteSource(Source):
     """The objects below one prefix of an fsspec filesystem, read as a directory-form checkpoint."""
 
     form = "directory"
+    reads_by_request = True
 
     def __init__(self, location: FsPath) -> None:
         super().__init__(location)
@@ -111,15 +112,41 @@ class RemoteSource(Source):
                 raise
             raise storage_error(exc, str(self.location / rel), f"read {rel}") from exc
 
-    def fetch_range(self, rel: str, start: int, end: int, *, size: int | None = None) -> bytes:
-        """Bytes ``[start, end)`` of a file: one ranged request. With ``size`` (the listed size of the file) a
-        range ending there asks for one byte more, so an object that grew since the listing is reported
-        (R-CHK-6) as when it is read whole; a short answer (the object shrank) is reported too."""
-        ask = end + 1 if size is not None and end == size else end
-        data = self._fetch(rel, start, ask)
+    def fetch_range(self, rel: str, start: int, end: int, *, size: int | None = None, probe: bool = True) -> bytes:
+        """Bytes ``[start, end)`` of a file: one ranged request.
+
+        ``size``: the file's listed size. With ``probe`` a range ending there asks for one byte more, so an
+        object that grew since the listing is reported (R-CHK-6) as when it is read whole. An object that shrank
+        since (a short answer, or a range the storage refuses as past its end) is reported as R-CHK-6 too, with
+        its listed and its current size.
+        """
+        ask = end + 1 if probe and size is not None and end == size else end
+        try:
+            data = self._fetch(rel, start, ask)
+        except CheckpointError as exc:
+            if size is None or exc.__cause__ is None:  # no size to compare, or already the library's own finding
+                raise
+            now = self._size_now(rel)
+            if now is not None and now != size:  # e.g. "range not satisfiable": the object was truncated
+                raise size_mismatch(rel, now, size) from exc
+            raise
         if len(data) != end - start:
             raise size_mismatch(rel, start + len(data), end if size is None else size)
         return data
+
+    def _size_now(self, rel: str) -> int | None:
+        """The object's size now (a failed range read asks: did it change?); None if the storage cannot say."""
+        key = self.location.key(rel)
+        self.location.fs.invalidate_cache(key)  # the inventory's listing holds the size it had then
+        try:
+            return int(self.location.fs.info(key).get("size") or 0)
+        except FileNotFoundError:
+            raise gone_while_reading(rel, "another process deleted the checkpoint (a rotation pruning it?) "
+                                          "while it was being read") from None
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            return None
 
     def read_file(self, rel: str, size: int) -> bytes:
         """The whole file; a small one (a tree document, a JSON value: at most one range) is fetched once per
@@ -218,7 +245,7 @@ class RemoteRegion(FileRegion):
 
     def _fetch(self, start: int, end: int) -> bytes:
         # A whole-file reader probes for growth at the end (as read_chunks does); a lazy read asks exactly its range.
-        return self._source.fetch_range(self.rel, start, end, size=self.size if self._read_ahead else None)
+        return self._source.fetch_range(self.rel, start, end, size=self.size, probe=self._read_ahead)
 
     def readinto(self, buffer: Any, offset: int) -> None:
         view = self.requested(buffer, offset)

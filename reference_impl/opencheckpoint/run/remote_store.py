@@ -47,6 +47,7 @@ class RemoteStore:
     """A rotation's prefix on an fsspec filesystem."""
 
     trusts_protected = False
+    bookkeeping_in_writer = True
 
     def __init__(self, directory: FsPath) -> None:
         self.directory = directory

@@ -16,6 +16,7 @@ falls back past a newest checkpoint that fails verification.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -126,6 +127,8 @@ class Rotation:
         #: Checkpoints that failed verification when resuming -> why (a later save over one says so).
         self.failed: dict[Any, str] = {}
         self._issued = 0  # the last write sequence number this object handed out
+        #: Writer threads of async saves number their saves one at a time (the listing, then ``_issued``).
+        self._numbering = threading.Lock()
 
     def path_for(self, step: int, format: CheckpointFormat = "directory") -> Any:
         """The name a checkpoint of ``step`` gets."""
@@ -155,34 +158,55 @@ class Rotation:
                    format: CheckpointFormat | None = None, *, components: Collection[str] | None = None,
                    progress: ProgressArg = None, metric_required: bool = True) -> SaveHandle:
         """:meth:`save` in the background (:meth:`Checkpoint.save_async`); pruning follows publication, and the
-        handle's ``result()`` is the checkpoint's path once published and pruned."""
+        handle's ``result()`` is the checkpoint's path once published and pruned.
+
+        On an object store the call sends no request: listing the rotation (to number the save), creating its
+        id, and refusing a step that already has a valid checkpoint (:class:`TargetExists`) happen in the
+        writer thread before anything is uploaded, and their errors are raised by the handle's ``wait()``.
+        Saves in flight at once are numbered in the order their writers start."""
         meta = save_metadata(step, metadata, self.keep_best if metric_required else None)
         output = format or checkpoint.format
+        # On an object store the bookkeeping (the rotation id, the listing that numbers the save, the step's old
+        # checkpoint) is a request per checkpoint kept: it runs in the writer thread, before the first upload,
+        # so the training loop waits only for the plan and the snapshot (issue 22).
+        deferred = self.store.bookkeeping_in_writer
 
         def start(target: Any) -> SaveHandle:
-            def publish(save: Callable[[], Any]) -> Any:  # in the writer thread: prune once published
-                with self.store.errors(f"save step {step}"):
-                    return self._published(step, output, target, save())
-
             request = checkpoint._request(components=components, metadata=meta, format=output, checkpoint_id=None,
                                           created_at=None, overwrite=True, producer=None, component_options=None)
+
+            def publish(save: Callable[[], Any]) -> Any:  # in the writer thread: prune once published
+                with self.store.errors(f"save step {step}"):
+                    if deferred:  # the request holds its own copy of the metadata: mark that one
+                        self._mark(step, request.fields["metadata"], target)
+                    return self._published(step, output, target, save())
+
             return save_in_background(target, request, progress=progress, around=publish)
 
         with self.store.errors(f"save step {step}"):
-            return self._begin(step, meta, output, start)
+            return self._begin(step, meta, output, start, mark=not deferred)
 
-    def _begin(self, step: int, meta: dict[str, Any], output: CheckpointFormat, write: Callable[[Any], _T]) -> _T:
-        """Mark ``meta`` as this rotation's, then ``write(target)`` (a save, or the start of an async one)."""
+    def _begin(self, step: int, meta: dict[str, Any], output: CheckpointFormat, write: Callable[[Any], _T],
+               *, mark: bool = True) -> _T:
+        """Mark ``meta`` as this rotation's (unless ``mark`` is False: the writer thread does), then
+        ``write(target)`` (a save, or the start of an async one)."""
         self.store.check_form(output)
+        target = self.path_for(step, output)
+        if mark:
+            self._mark(step, meta, target)
+        return write(target)
+
+    def _mark(self, step: int, meta: dict[str, Any], target: Any) -> None:
+        """Record in ``meta`` that this rotation writes ``target`` (its id, and the save's sequence number), and
+        make room for it when the step already has a checkpoint here (:meth:`RotationStore.make_room`)."""
         # The bookkeeping and the pruning hold the directory's lock; writing the checkpoint does not, so a
         # writer suspended mid-write never blocks another (rotation_state).
-        with self.store.locked():
+        with self.store.locked(), self._numbering:
             rotation_id = self.store.rotation_id(create=True)
             entries = self.entries()
             # An async save of this rotation may not be on disk yet: its number counts too.
             sequence = 1 + max(self._issued, max((e.sequence for e in entries), default=0))
             self._issued = sequence
-        target = self.path_for(step, output)
         meta[ROTATION_KEY] = {"prefix": self.prefix, "step": step, "sequence": sequence, "rotation": rotation_id,
                               "name": target.name, "writer": process_token()}
         reason = self.failed.get(target) or self.store.failures().get(target.name)
@@ -191,7 +215,6 @@ class Rotation:
         if reason is not None:
             logger.warning("replacing %s, which failed verification when a run resumed from this directory (%s)",
                            target, reason)
-        return write(target)
 
     def _published(self, step: int, output: CheckpointFormat, target: Any, path: Any) -> Any:
         """After the checkpoint of ``step`` is published at ``path``: bookkeeping and pruning. A failed prune

@@ -42,6 +42,9 @@ class RotationStore(Protocol):
     #: whether a path the caller just published is trusted valid when pruning (an object store's objects can
     #: change after the upload: validated like any other)
     trusts_protected: bool
+    #: whether an async save's bookkeeping (the listing, the id, making room) runs in its writer thread rather than
+    #: in the caller's: on an object store it is a request per checkpoint kept (the training loop must not wait)
+    bookkeeping_in_writer: bool
 
     def names(self) -> list[str]:
         """The names a checkpoint of the rotation may have now (including one served from an old copy)."""
@@ -99,6 +102,8 @@ class LocalStore:
     """A rotation's local directory."""
 
     trusts_protected = True
+    #: a local listing is quick, and the bookkeeping's lock makes the directory the caller's target check needs
+    bookkeeping_in_writer = False
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
