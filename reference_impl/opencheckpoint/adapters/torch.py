@@ -219,24 +219,7 @@ class ModuleAdapter(Adapter):
         ranges = MapRanges(() if _holds_dtensors(own) else stored.values())  # where the map's views live
         missing = [k for k in own if k not in stored]
         unexpected = [k for k in stored if k not in own] + skipped
-        mismatched = []
-        dtype_only: list[tuple[str, str]] = []
-        for key in own:
-            if key in stored and isinstance(own[key], torch.Tensor):
-                theirs = stored[key]
-                if not isinstance(theirs, torch.Tensor):
-                    mismatched.append(f"{key} (stored {type(theirs).__name__}, module has a tensor)")
-                elif theirs.shape != own[key].shape:
-                    mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])})")
-                elif theirs.dtype != own[key].dtype:
-                    converted = _cast(reader, key, theirs, own[key])
-                    if isinstance(converted, torch.Tensor):
-                        stored[key] = converted
-                        continue
-                    dtype_only.append((TORCH_DTYPE_NAMES.get(theirs.dtype, str(theirs.dtype)),
-                                       TORCH_DTYPE_NAMES.get(own[key].dtype, str(own[key].dtype))))
-                    mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])}"
-                                      f"{converted})")
+        mismatched, dtype_only = _mismatches(reader, own, stored)
         problems = []
         for label, names in (("missing", missing), ("unexpected", unexpected), ("mismatched", mismatched)):
             if names:
@@ -457,3 +440,30 @@ __all__ = [
     "tensor_to_numpy",
     "to_tree_value",
 ]
+
+
+def _mismatches(reader: ComponentReader, own: Mapping[str, Any],
+                stored: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The module's tensors the stored entries do not fit (described), and the dtype pairs among them.
+
+    A stored tensor whose dtype differs is cast where the load's ``cast`` option allows it (``stored`` then
+    holds the cast tensor) and counts as fitting.
+    """
+    mismatched: list[str] = []
+    dtype_only: list[tuple[str, str]] = []
+    for key in own:
+        if key in stored and isinstance(own[key], torch.Tensor):
+            theirs = stored[key]
+            if not isinstance(theirs, torch.Tensor):
+                mismatched.append(f"{key} (stored {type(theirs).__name__}, module has a tensor)")
+            elif theirs.shape != own[key].shape:
+                mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])})")
+            elif theirs.dtype != own[key].dtype:
+                converted = _cast(reader, key, theirs, own[key])
+                if isinstance(converted, torch.Tensor):
+                    stored[key] = converted
+                    continue
+                dtype_only.append((TORCH_DTYPE_NAMES.get(theirs.dtype, str(theirs.dtype)),
+                                   TORCH_DTYPE_NAMES.get(own[key].dtype, str(own[key].dtype))))
+                mismatched.append(f"{key} (stored {_describe(theirs)}, module {_describe(own[key])}{converted})")
+    return mismatched, dtype_only

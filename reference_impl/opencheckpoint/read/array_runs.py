@@ -111,7 +111,7 @@ def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarr
     relative = (offsets - start).tolist()
     names = list(map(_DTYPE, batch))
     if verify:
-        bad = crc_mismatch(raw, rows[0], rows[1], len(batch), start) if rows is not None else None
+        bad = crc_mismatch(raw.data, rows[0], rows[1], len(batch), start) if rows is not None else None
         if bad is None:  # no compiled checksums here: one crc32c call per array
             bad = _first_mismatch(raw, batch, relative, sizes)
         elif bad < 0:
@@ -121,7 +121,7 @@ def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarr
                 if names[i] == "bool" and np.frombuffer(raw, np.uint8, ref.nbytes, relative[i]).max() > 1:
                     raise bool_error(ref, file)
         if bad < len(batch):
-            check_crc(_crc32c(memoryview(raw)[relative[bad] : relative[bad] + batch[bad].nbytes]), batch[bad], file)
+            check_crc(_crc32c(raw.data[relative[bad] : relative[bad] + batch[bad].nbytes]), batch[bad], file)
     for name in set(names).difference(_DTYPE_CACHE):
         cached_dtype(name)
     # ndarray(shape, dtype, buffer, offset): a writeable view of the array's bytes in ``raw``.
@@ -132,7 +132,7 @@ def _read_batch(region: FileRegion, batch: Sequence[ArrayRef], offsets: np.ndarr
 
 def _first_mismatch(raw: np.ndarray, batch: Sequence[ArrayRef], relative: list[int], sizes: np.ndarray) -> int:
     """The index of the first array of ``batch`` whose CRC-32C differs from its node's (``len(batch)``: none)."""
-    view = memoryview(raw)
+    view = raw.data
     computed = list(map(_crc32c, map(view.__getitem__, map(slice, relative, map(add, relative, sizes.tolist())))))
     expected = list(map(_CRC, batch))
     if computed == expected:
