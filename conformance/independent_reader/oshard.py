@@ -7,8 +7,6 @@
 """
 from __future__ import annotations
 
-import numpy as np
-
 import olayout
 from ocommon import SHARD_FILE_RE, E
 from onodes import DTYPES, NArray, Node
@@ -163,6 +161,8 @@ def disjoint(A, regs):
     regions that start inside it on that dimension (vectorised), never all pairs in Python."""
     if len(regs) < 2 or not regs[0].shape:
         return
+    import numpy as np  # here, not at the top: a reader of format version 1 cases never pays its import
+
     lo = np.array([r.start for r in regs], dtype=np.int64)
     hi = lo + np.array([r.shape for r in regs], dtype=np.int64)
     j = int(np.argmax([len(np.unique(lo[:, k])) for k in range(lo.shape[1])]))
@@ -185,6 +185,8 @@ def assemble(s, data_of):
     item = DTYPES[s.dtype]
     if _prod(s.shape) == 0:
         return b""
+    import numpy as np  # here, not at the top: a reader of format version 1 cases never pays its import
+
     out = np.zeros((*tuple(s.shape), item), dtype=np.uint8)
     done = set()
     for r in s.shards:

@@ -93,19 +93,26 @@ def trainer(run_dir: str, io: Any = None, rng: RngState | None = None, **overrid
     return L.Trainer(**options)
 
 
+def fit(run_dir: str, io: Any = None, *, kill_at: int = -1, resume: bool = False) -> tuple[L.Trainer, RngState]:
+    """The whole run (seeded, deterministic algorithms on for the process), resumed from ``last`` with
+    ``resume``; the final state saved to ``RUN_DIR/final.ckpt``. The tests run it in their own process too
+    (the uninterrupted run, the resumed one): only the killed run needs a process of its own."""
+    torch.use_deterministic_algorithms(True)
+    L.seed_everything(0, verbose=False)
+    rng = RngState()
+    run = trainer(run_dir, io, rng=rng)
+    run.fit(TinyMLP(kill_at=kill_at), data(), ckpt_path="last" if resume else None)
+    run.save_checkpoint(os.path.join(run_dir, "final.ckpt"))
+    return run, rng
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
     parser.add_argument("--kill-at", type=int, default=-1)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
-    torch.use_deterministic_algorithms(True)
-    L.seed_everything(0, verbose=False)
-    model = TinyMLP(kill_at=args.kill_at)
-    rng = RngState()
-    run = trainer(args.run_dir, rng=rng)
-    run.fit(model, data(), ckpt_path="last" if args.resume else None)
-    run.save_checkpoint(os.path.join(args.run_dir, "final.ckpt"))
+    run, rng = fit(args.run_dir, kill_at=args.kill_at, resume=args.resume)
     print(f"resumed from: {run.ckpt_path}; batches trained here: {rng.here}")
 
 

@@ -8,6 +8,9 @@ published in orbax's temporary step directory but before orbax finalizes the ste
 ``SAVE_EVERY`` steps the state is saved (``max_to_keep=2``). At the end the final state is written to ``OUT``
 (an OpenCheckpoint checkpoint, component ``final``) for the test to compare. RNG-driven parts: dropout (the
 model's ``nnx.Rngs``) and the batch order (a typed JAX key in the state).
+
+Several runs one after the other in one process: ``MODE ROOT OUT + MODE ROOT OUT`` (``run_scripts.split_runs``);
+each builds its own model, optimizer and manager from the seeds.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from run_scripts import split_runs
 
 from opencheckpoint import Checkpoint
 from opencheckpoint.integrations.orbax import OpenCheckpointHandler, OpenCheckpointRestore, OpenCheckpointSave
@@ -106,4 +110,5 @@ def main(mode: str, root: str, out: str, kill_at: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 0)
+    for mode, root, out, *kill_at in split_runs(sys.argv[1:]):
+        main(mode, root, out, int(kill_at[0]) if kill_at else 0)

@@ -1,5 +1,7 @@
 """Training scripts of the integration tests run as child processes: started side by side, and each one's
-end checked (a clean exit, or the SIGKILL the script sends itself at its kill step)."""
+end checked (a clean exit, or the SIGKILL the script sends itself at its kill step). A script may do several
+runs one after the other in one process (``MODE ARGS... + MODE ARGS...``, :func:`split_runs`): a resumed run and
+the uninterrupted reference share one interpreter, which costs more CPU to start than the tiny runs."""
 
 from __future__ import annotations
 
@@ -29,3 +31,18 @@ def finish(process: subprocess.Popen[bytes]) -> int:
     if process.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(err.decode()[-3000:])
     return process.returncode
+
+
+def split_runs(argv: list[str]) -> list[list[str]]:
+    """A script's command line split into its runs at each ``+``.
+
+    >>> split_runs(["resume", "a", "a.ocp", "+", "full", "b", "b.ocp"])
+    [['resume', 'a', 'a.ocp'], ['full', 'b', 'b.ocp']]
+    """
+    found: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "+":
+            found.append([])
+        else:
+            found[-1].append(arg)
+    return found

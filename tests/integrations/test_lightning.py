@@ -78,17 +78,19 @@ class RecordingIO(OpenCheckpointIO):
 def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RecordingIO]:
     """Two epochs in this process through a recording plugin (ModelCheckpoint, then trainer.save_checkpoint)."""
     run_dir = tmp_path_factory.mktemp("lightning-run")
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    try:  # what lightning_train.main does in its process, with a recording plugin
-        torch.use_deterministic_algorithms(True)
-        L.seed_everything(0, verbose=False)
-        io = RecordingIO()
-        trainer = lightning_train.trainer(str(run_dir), io)
-        trainer.fit(lightning_train.TinyMLP(), lightning_train.data())
-        trainer.save_checkpoint(run_dir / "final.ckpt")
-    finally:  # Trainer(deterministic=True) sets the flag for the whole process: the other tests get it back
-        torch.use_deterministic_algorithms(deterministic)
+    io = RecordingIO()
+    fit_here(run_dir, io)
     return run_dir, io
+
+
+def fit_here(run_dir: Path, io: Any = None, *, resume: bool = False) -> tuple[Any, lightning_train.RngState]:
+    """``lightning_train.fit`` in this process (what the script does in its own), the process-wide flag of
+    deterministic algorithms given back afterwards to the other tests."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        return lightning_train.fit(str(run_dir), io, resume=resume)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
 
 
 def test_every_saved_dict_round_trips_exactly(recorded_run: tuple[Path, RecordingIO]) -> None:
@@ -120,21 +122,19 @@ def test_model_checkpoint_files_are_checkpoints_and_rotation_removed_only_its_ow
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(
         recorded_run: tuple[Path, RecordingIO], tmp_path: Path) -> None:
-    """Killed in the second epoch, resumed with ``ckpt_path="last"`` in a new process: the final checkpoint
-    (weights, Adam's state, the scheduler, loops, callbacks' state, the RNG state) equals the uninterrupted
-    run's (the module's fixture, same seeds) in every bit; only the run directory in paths differs."""
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
-                              timeout=240, cwd=tmp_path)
-
+    """Killed in the second epoch (a process of its own, SIGKILLed), resumed with ``ckpt_path="last"`` in this
+    process (from the files alone, as a new process would: importing Lightning again costs 10 s of CPU): the
+    final checkpoint (weights, Adam's state, the scheduler, loops, callbacks' state, the RNG state) equals the
+    uninterrupted run's (the module's fixture, same seeds) in every bit; only the run directory in paths differs."""
     # Killed in the second epoch, after the first epoch's checkpoint (and last.ckpt) were published.
-    dead = run("--kill-at", str(lightning_train.BATCHES_PER_EPOCH + 2))
+    dead = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--kill-at",
+                           str(lightning_train.BATCHES_PER_EPOCH + 2)], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
     assert dead.returncode == -9, dead.stderr[-3000:]
     assert not (tmp_path / "final.ckpt").exists() and (tmp_path / "checkpoints" / "last.ckpt").is_file()
-    resumed = run("--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"
-    assert f"resumed from: {last}; batches trained here: {lightning_train.BATCHES_PER_EPOCH}" in resumed.stdout
+    resumed, rng = fit_here(tmp_path, resume=True)
+    assert resumed.ckpt_path == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert rng.here == lightning_train.BATCHES_PER_EPOCH  # it resumed in the second epoch, not from the start
     whole_dir, _io = recorded_run
     expected = in_run(OpenCheckpointIO().load_checkpoint(whole_dir / "final.ckpt"), str(whole_dir), str(tmp_path))
     final = OpenCheckpointIO().load_checkpoint(tmp_path / "final.ckpt")

@@ -6,6 +6,8 @@ the batch before); ``resume`` restores ``RUN_DIR``'s latest checkpoint and train
 saved (``save_trainer_interval=1``), the last one at ``TOTAL_FRAMES``. Deterministic on CPU: fixed seeds,
 deterministic algorithms, a deterministic environment whose episodes end where the policy walks off the chain;
 the randomness that matters (epsilon-greedy exploration, replay sampling) comes from the global torch generator.
+Several runs one after the other in one process: ``MODE RUN_DIR + MODE RUN_DIR`` (``run_scripts.split_runs``);
+each builds its trainer and seeds every generator itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from run_scripts import split_runs
 from tensordict import TensorDict
 from tensordict.nn import TensorDictSequential
 from torchrl.collectors import Collector
@@ -99,4 +102,5 @@ def main(mode: str, run_dir: str, kill_at: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    for mode, run_dir, *kill_at in split_runs(sys.argv[1:]):
+        main(mode, run_dir, int(kill_at[0]) if kill_at else 0)

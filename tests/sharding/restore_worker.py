@@ -3,11 +3,14 @@
 ``python restore_worker.py SCENARIO RANK WORLD PORT PATH``: ``values`` (per-rank values and their refusals, a
 save to memory://), ``rename`` (rename= into FSDP2, shard files opened per rank), ``torch-save`` and
 ``torch-load-nnx`` (the FSDP2 half of the FSDP2 -> NNX -> FSDP2 round trip). What each rank found is printed.
+Several scenarios run in one launch as ``A+B`` with one path each (``PATH_A:PATH_B``, ``os.pathsep``), each one's
+output after a line ``== A``, as in ``dist_worker.py``: starting ranks importing torch is most of a launch's cost.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import timedelta
 
@@ -129,8 +132,10 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
-    {"values": values, "rename": rename, "torch-save": torch_save, "torch-load-nnx": torch_load_nnx}[scenario](
-        rank, world, path)
+    scenarios = {"values": values, "rename": rename, "torch-save": torch_save, "torch-load-nnx": torch_load_nnx}
+    for name, one_path in zip(scenario.split("+"), path.split(os.pathsep), strict=True):
+        print(f"== {name}", flush=True)
+        scenarios[name](rank, world, one_path)
     dist.destroy_process_group()
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +27,11 @@ pytest.importorskip("torch.distributed.tensor")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
+import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: imports torch)
+
 from opencheckpoint import Checkpoint, read_component, validate  # noqa: E402
 
-pytestmark = pytest.mark.slow  # one launch of 2 Python processes importing torch
+pytestmark = pytest.mark.slow  # one launch of 2 rank processes (forked from a preloaded interpreter)
 
 WORKER = Path(__file__).with_name("kinds_worker.py")
 #: Seconds the launch may take (process start, torch import and eight saves) on 2 busy cores.
@@ -48,23 +48,15 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, l
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(WORLD), str(port), str(root)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for rank in range(WORLD)]
+    ranks = rank_launch.launch(WORKER, [[str(rank), str(WORLD), str(port), str(root)] for rank in range(WORLD)],
+                               LAUNCH_BOUND, {**os.environ, "OMP_NUM_THREADS": "1"})
     found: dict[str, list[dict[str, Any]]] = {}
-    try:
-        for rank in ranks:
-            stdout, stderr = rank.communicate(timeout=LAUNCH_BOUND)
-            assert rank.returncode == 0, stderr[-3000:]
-            for line in stdout.splitlines():
-                if line.startswith("{"):
-                    report = json.loads(line)
-                    found.setdefault(report["case"], []).append(report)
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
+    for rank in ranks:
+        assert rank.returncode == 0, rank.stderr[-3000:]
+        for line in rank.stdout.splitlines():
+            if line.startswith("{"):
+                report = json.loads(line)
+                found.setdefault(report["case"], []).append(report)
     return root, found
 
 

@@ -1,6 +1,7 @@
 """Collective saves on real gloo process groups (CPU): FSDP2 and DTensors on 4 ranks, a rank killed mid-save.
 
-Each rank is a subprocess running ``dist_worker.py``; every launch is bounded by
+Each rank is a process of its own running ``dist_worker.py`` (forked from a preloaded interpreter:
+``rank_launch.py``); every launch is bounded by
 a timeout, so a hang fails the test instead of blocking the suite. Scenarios that leave the group healthy
 share a launch (the 4-rank save and the spied save; the loads into FSDP2 on 2 ranks): starting the ranks,
 each importing torch, is most of a launch's CPU. Killed and stalled ranks get a launch each.
@@ -14,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.tensor")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: imports torch)
 
 from opencheckpoint import Checkpoint, validate  # noqa: E402
 
@@ -42,20 +44,8 @@ def launch(scenario: str, world: int, *paths: Path | str) -> list[subprocess.Com
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(rank), str(world), str(port), str(path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for rank in range(world)]
-    done = []
-    try:
-        for rank in ranks:
-            stdout, stderr = rank.communicate(timeout=LAUNCH_BOUND)
-            done.append(subprocess.CompletedProcess(rank.args, rank.returncode, stdout, stderr))
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-    return done
+    return rank_launch.launch(WORKER, [[scenario, str(rank), str(world), str(port), path] for rank in range(world)],
+                              LAUNCH_BOUND, {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def section(output: str, scenario: str) -> str:
