@@ -16,7 +16,7 @@ EXTRAS := torch,jax,peers,docs,dev,remote,lightning,hf
 # so a machine without a C compiler still installs. Under make the tests require it (OPENCHECKPOINT_REQUIRE_COMPILED:
 # tests/perf/test_compiled_tree.py fails instead of the suite silently running the pure-Python fallback).
 export OPENCHECKPOINT_REQUIRE_COMPILED ?= 1
-$(STAMP): pyproject.toml constraints.txt setup.py reference_impl/opencheckpoint/tree/_ctree.c
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard reference_impl/opencheckpoint/tree/_c*.[ch])
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$(EXTRAS)]'

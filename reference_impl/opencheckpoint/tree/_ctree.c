@@ -1,4 +1,5 @@
-/* The compiled fast path of tree decoding (opencheckpoint.tree.ctree): one pass over canonical tree.msgpack bytes.
+/* The compiled fast path of tree decoding (opencheckpoint.tree.ctree): one pass over canonical tree.msgpack bytes
+ * (the save side: _csave.c and _cpack.c; what they share: _ctree.h).
  *
  * decode(data) returns (root, arrays, has_placeholders, columns) for a document that the pure-Python fast path
  * (tree/fast.py: msgpack.unpackb, the canonical re-pack check, _FastWalk) would accept, with the same values; on
@@ -17,11 +18,7 @@
  *
  * CPython C API only (no NumPy headers): the build needs a C compiler and Python.h, nothing else.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
-#include <stdint.h>
-#include <string.h>
+#include "_ctree.h"
 
 #define MAX_DEPTH 128                    /* TREE_MAX_DEPTH (R-LIM-10) */
 #define MAX_STR_BYTES (256u * 1024 * 1024) /* TREE_MAX_STR_BYTES: the limit the C msgpack decoder is given */
@@ -60,7 +57,7 @@ static uint64_t be(const uint8_t *p, int n) {
 /* A new instance of a __slots__ class with its slots set through their descriptors, without running __init__.
  * A slot of a __slots__ class is a member descriptor of an object field at a fixed offset: it is written there
  * directly (what the descriptor's setter does after its checks); any other descriptor is called. */
-static PyObject *new_slotted(PyObject *type, PyObject **slots, PyObject **values, int n) {
+PyObject *oc_new_slotted(PyObject *type, PyObject **slots, PyObject **values, int n) {
     PyTypeObject *tp = (PyTypeObject *)type;
     PyObject *obj = tp->tp_alloc(tp, 0);
     if (obj == NULL) return NULL;
@@ -83,7 +80,7 @@ static PyObject *new_slotted(PyObject *type, PyObject **slots, PyObject **values
 
 static PyObject *child_path(PyObject *parent, PyObject *key) {
     PyObject *values[3] = {parent, key, minus_one};
-    return new_slotted(tree_path_type, path_slots, values, 3);
+    return oc_new_slotted(tree_path_type, path_slots, values, 3);
 }
 
 /* Header of a str/bin/array/map/ext at p: kind (one of the letters below) and its length. Returns 0 and sets
@@ -269,7 +266,7 @@ static PyObject *array_node(Parser *s, int depth, PyObject *path) {
     if (s->columns_ok && !sizes_match(small, (Py_ssize_t)ndim, dtypes[index].itemsize, size)) s->columns_ok = 0;
     if (s->columns_ok && add_columns(s, off, size, sum) < 0) goto done;
     PyObject *values[6] = {dtypes[index].name, shape, offset, nbytes, crc, path};
-    ref = new_slotted(array_ref_type, ref_slots, values, 6);
+    ref = oc_new_slotted(array_ref_type, ref_slots, values, 6);
     if (ref != NULL && PyList_Append(s->arrays, ref) < 0) Py_CLEAR(ref);
     s->placeholders = 1;
 done:
@@ -509,31 +506,6 @@ done:
     return result;
 }
 
-/* CRC-32C (Castagnoli) with the SSE 4.2 instruction, for runs of small arrays (read/array_runs.py): the crc32c
- * package has no C interface, and a Python call per 1 KiB array costs more than its checksum. Without the
- * instruction, crc_mismatch() says so and the caller computes the checksums with the crc32c package. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, size_t n) {
-    uint64_t crc = 0xFFFFFFFFu;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        crc = _mm_crc32_u64(crc, word);
-    }
-    uint32_t tail = (uint32_t)crc;
-    for (; n; p++, n--) tail = _mm_crc32_u8(tail, *p);
-    return ~tail;
-}
-static int have_crc32c_hw(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("sse4.2");
-}
-#else
-static uint32_t crc32c_hw(const uint8_t *p, size_t n) { (void)p; (void)n; return 0; }
-static int have_crc32c_hw(void) { return 0; }
-#endif
-static int crc_hw = -1;
 
 /* crc_mismatch(buffer, columns, first, count, base): the index (from first) of the first of ``count`` array nodes
  * whose CRC-32C over buffer[offset - base : offset - base + nbytes] differs from its column's; -1 when none does,
@@ -546,12 +518,11 @@ static PyObject *crc_mismatch(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *result = NULL;
     const uint64_t *rows = columns.buf;
     Py_ssize_t n_rows = columns.len / (Py_ssize_t)(3 * sizeof(uint64_t));
-    if (crc_hw < 0) crc_hw = have_crc32c_hw();
     if (first < 0 || count < 0 || first > n_rows || count > n_rows - first) {
         PyErr_SetString(PyExc_ValueError, "rows outside the columns");
         goto done;
     }
-    if (!crc_hw) { result = PyLong_FromLong(-2); goto done; }
+    if (!oc_have_crc32c()) { result = PyLong_FromLong(-2); goto done; }
     Py_ssize_t bad = -1;
     for (Py_ssize_t i = 0; i < count && bad < 0; i++) {
         uint64_t offset, nbytes, expected;
@@ -562,7 +533,7 @@ static PyObject *crc_mismatch(PyObject *Py_UNUSED(module), PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "an extent outside the buffer");
             goto done;
         }
-        if (crc32c_hw((const uint8_t *)buffer.buf + (offset - base), (size_t)nbytes) != expected) bad = i;
+        if (oc_crc32c(0, (const uint8_t *)buffer.buf + (offset - base), (size_t)nbytes) != expected) bad = i;
     }
     result = PyLong_FromSsize_t(bad);
 done:
@@ -571,81 +542,7 @@ done:
     return result;
 }
 
-/* gather(arrays, offsets, nodes, position, pending): the write side of a run of small extents
- * (tree/datafile.py _gather). Appends each array's bytes, after zero padding up to its offset, to the bytearray
- * ``pending``; sets index 5 of every node of nodes[i] (lists of array nodes) to the CRC-32C of arrays[i]; returns
- * the file position after the run. Returns None, with nothing changed, when this CPU has no CRC-32C instruction
- * or an array gives no plain C-contiguous buffer (ml_dtypes arrays): the Python code then does the same. */
-static PyObject *gather(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *arrays, *offsets, *nodes, *pending;
-    unsigned long long position;
-    if (!PyArg_ParseTuple(args, "O!O!O!KO!", &PyList_Type, &arrays, &PyList_Type, &offsets, &PyList_Type, &nodes,
-                          &position, &PyByteArray_Type, &pending))
-        return NULL;
-    if (crc_hw < 0) crc_hw = have_crc32c_hw();
-    if (!crc_hw) Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(arrays);
-    if (PyList_GET_SIZE(offsets) != n || PyList_GET_SIZE(nodes) != n) {
-        PyErr_SetString(PyExc_ValueError, "arrays, offsets and nodes differ in length");
-        return NULL;
-    }
-    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
-    uint64_t *starts = PyMem_Malloc(((size_t)n + 1) * sizeof(uint64_t));
-    PyObject *result = NULL;
-    Py_ssize_t acquired = 0;
-    if (views == NULL || starts == NULL) { PyErr_NoMemory(); goto done; }
-    uint64_t end = position;
-    for (Py_ssize_t i = 0; i < n; i++, acquired++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(arrays, i), &views[i], PyBUF_C_CONTIGUOUS) < 0) {
-            PyErr_Clear();
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-        starts[i] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(offsets, i));
-        if (PyErr_Occurred()) { acquired++; goto done; }
-        PyObject *refs = PyList_GET_ITEM(nodes, i);
-        if (starts[i] < end || !PyList_Check(refs)) {
-            acquired++;
-            PyErr_SetString(PyExc_ValueError, "extents out of order, or nodes not a list");
-            goto done;
-        }
-        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++) {
-            PyObject *node = PyList_GET_ITEM(refs, j);
-            if (!PyList_Check(node) || PyList_GET_SIZE(node) < 6) {
-                acquired++;
-                PyErr_SetString(PyExc_ValueError, "an array node is not a list of 6");
-                goto done;
-            }
-        }
-        end = starts[i] + (uint64_t)views[i].len;
-    }
-    Py_ssize_t before = PyByteArray_GET_SIZE(pending);
-    if (end - position > (uint64_t)(PY_SSIZE_T_MAX - before)) { PyErr_NoMemory(); goto done; }
-    if (PyByteArray_Resize(pending, before + (Py_ssize_t)(end - position)) < 0) goto done;
-    uint8_t *out = (uint8_t *)PyByteArray_AS_STRING(pending) + before;
-    uint64_t at = position;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memset(out, 0, starts[i] - at);
-        out += starts[i] - at;
-        memcpy(out, views[i].buf, (size_t)views[i].len);
-        out += views[i].len;
-        at = starts[i] + (uint64_t)views[i].len;
-        PyObject *crc = PyLong_FromUnsignedLong(crc32c_hw(views[i].buf, (size_t)views[i].len));
-        if (crc == NULL) goto done;
-        PyObject *refs = PyList_GET_ITEM(nodes, i);
-        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); j++)
-            PyList_SetItem(PyList_GET_ITEM(refs, j), 5, Py_NewRef(crc));
-        Py_DECREF(crc);
-    }
-    result = PyLong_FromUnsignedLongLong(end);
-done:
-    for (Py_ssize_t i = 0; i < acquired && views != NULL; i++) PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    PyMem_Free(starts);
-    return result;
-}
-
-static int slot_descriptors(PyObject *type, const char *const *names, PyObject **out, int n) {
+int oc_slot_descriptors(PyObject *type, const char *const *names, PyObject **out, int n) {
     for (int i = 0; i < n; i++) {
         PyObject *descr = PyObject_GetAttrString(type, names[i]);
         if (descr == NULL) return -1;
@@ -658,128 +555,6 @@ static int slot_descriptors(PyObject *type, const char *const *names, PyObject *
     }
     return 0;
 }
-
-/* One array of a run for plan_run: whether it is stored as it is (C-contiguous, owning its memory, not empty,
- * within ARRAY_MAX_NDIM, a known little-endian dtype other than bool), its dtype name, shape and nbytes. */
-typedef struct { PyObject *dtype, *name; } DtypeName;
-/* Attribute names, interned once (a lookup by a C string builds a str each time). */
-static PyObject *s_dtype, *s_flags, *s_c_contiguous, *s_owndata, *s_nbytes, *s_shape;
-
-static int intern_names(void) {
-    if (s_shape != NULL) return 0;
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_flags = PyUnicode_InternFromString("flags");
-    s_c_contiguous = PyUnicode_InternFromString("c_contiguous");
-    s_owndata = PyUnicode_InternFromString("owndata");
-    s_nbytes = PyUnicode_InternFromString("nbytes");
-    s_shape = PyUnicode_InternFromString("shape");
-    return s_dtype && s_flags && s_c_contiguous && s_owndata && s_nbytes && s_shape ? 0 : -1;
-}
-
-static int plain_array(PyObject *array, PyObject *name_of, DtypeName *names, int *n_names, PyObject **name,
-                       PyObject **shape, unsigned long long *nbytes) {
-    PyObject *dtype = PyObject_GetAttr(array, s_dtype);
-    if (dtype == NULL) return -1;
-    *name = NULL;
-    for (int i = 0; i < *n_names; i++)
-        if (names[i].dtype == dtype) { *name = names[i].name; break; }
-    if (*name == NULL) {
-        if (*n_names == 16) { Py_DECREF(dtype); return 0; } /* a run of many dtypes: the Python path */
-        PyObject *pair = PyObject_CallOneArg(name_of, dtype);
-        if (pair == NULL) { Py_DECREF(dtype); PyErr_Clear(); return 0; } /* not a spec dtype: the Python path */
-        int plain = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
-                    && PyTuple_GET_ITEM(pair, 1) == Py_False
-                    && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(pair, 0), "bool") != 0;
-        if (plain) {
-            names[*n_names].dtype = Py_NewRef(dtype);
-            names[*n_names].name = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-            *name = names[(*n_names)++].name;
-        }
-        Py_DECREF(pair);
-    }
-    Py_DECREF(dtype);
-    if (*name == NULL) return 0;
-    PyObject *flags = PyObject_GetAttr(array, s_flags);
-    if (flags == NULL) return -1;
-    PyObject *contiguous = PyObject_GetAttr(flags, s_c_contiguous);
-    PyObject *owndata = contiguous ? PyObject_GetAttr(flags, s_owndata) : NULL;
-    Py_DECREF(flags);
-    int ok = owndata != NULL && contiguous == Py_True && owndata == Py_True;
-    Py_XDECREF(contiguous);
-    Py_XDECREF(owndata);
-    if (!ok) return PyErr_Occurred() ? -1 : 0;
-    PyObject *size = PyObject_GetAttr(array, s_nbytes);
-    if (size == NULL) return -1;
-    *nbytes = PyLong_AsUnsignedLongLong(size);
-    Py_DECREF(size);
-    if (PyErr_Occurred()) return -1;
-    if (*nbytes == 0) return 0;
-    *shape = PyObject_GetAttr(array, s_shape);
-    if (*shape == NULL) return -1;
-    if (!PyTuple_CheckExact(*shape) || PyTuple_GET_SIZE(*shape) > MAX_NDIM) { Py_CLEAR(*shape); return 0; }
-    return 1;
-}
-
-/* plan_run(arrays, start, marker, Planned, name_of): the plan of a run of distinct NumPy arrays (tree/datafile.py
- * DataFilePlan.compiled_run) when every one is stored as it is: (planned extents, array nodes, end), extent i at
- * the 64-byte aligned end of extent i - 1 (the first at ``start``), its node [marker, name, shape, offset, nbytes,
- * 0] in its ``nodes``; None when any array needs the per-array path. ``name_of(dtype)`` gives (name, swapped). */
-static PyObject *plan_run(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *arrays, *marker, *planned_type, *name_of;
-    unsigned long long start;
-    if (!PyArg_ParseTuple(args, "O!KOOO", &PyList_Type, &arrays, &start, &marker, &planned_type, &name_of)) return NULL;
-    static const char *const slot_names[4] = {"array", "nodes", "offset", "nbytes"};
-    PyObject *slots[4] = {NULL, NULL, NULL, NULL};
-    DtypeName names[16];
-    int n_names = 0;
-    Py_ssize_t n = PyList_GET_SIZE(arrays);
-    PyObject *planned = PyList_New(n), *nodes = PyList_New(n), *result = NULL;
-    if (planned == NULL || nodes == NULL || !PyType_Check(planned_type) || intern_names() < 0
-            || slot_descriptors(planned_type, slot_names, slots, 4) < 0)
-        goto done;
-    uint64_t offset = start, end = start;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *array = PyList_GET_ITEM(arrays, i), *name, *shape = NULL;
-        unsigned long long nbytes;
-        int plain = plain_array(array, name_of, names, &n_names, &name, &shape, &nbytes);
-        if (plain <= 0) {
-            if (plain == 0) result = Py_NewRef(Py_None);
-            goto done;
-        }
-        if (i) offset = (end + 63) & ~(uint64_t)63;
-        end = offset + nbytes;
-        PyObject *at = PyLong_FromUnsignedLongLong(offset), *size = PyLong_FromUnsignedLongLong(nbytes);
-        PyObject *node = at && size ? PyList_New(6) : NULL;
-        PyObject *refs = node ? PyList_New(1) : NULL;
-        PyObject *extent = NULL;
-        if (refs != NULL) {
-            PyList_SET_ITEM(node, 0, Py_NewRef(marker));
-            PyList_SET_ITEM(node, 1, Py_NewRef(name));
-            PyList_SET_ITEM(node, 2, Py_NewRef(shape));
-            PyList_SET_ITEM(node, 3, Py_NewRef(at));
-            PyList_SET_ITEM(node, 4, Py_NewRef(size));
-            PyList_SET_ITEM(node, 5, PyLong_FromLong(0));
-            PyList_SET_ITEM(refs, 0, Py_NewRef(node));
-            PyObject *values[4] = {array, refs, at, size};
-            extent = new_slotted(planned_type, slots, values, 4);
-        }
-        Py_XDECREF(shape);
-        Py_XDECREF(at);
-        Py_XDECREF(size);
-        Py_XDECREF(refs);
-        if (extent == NULL) { Py_XDECREF(node); goto done; }
-        PyList_SET_ITEM(planned, i, extent);
-        PyList_SET_ITEM(nodes, i, node);
-    }
-    result = Py_BuildValue("(OOK)", planned, nodes, (unsigned long long)end);
-done:
-    for (int i = 0; i < n_names; i++) { Py_DECREF(names[i].dtype); Py_DECREF(names[i].name); }
-    for (int i = 0; i < 4; i++) Py_XDECREF(slots[i]);
-    Py_XDECREF(planned);
-    Py_XDECREF(nodes);
-    return result;
-}
-
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *doubt_, *ref_type, *path_type, *nt_type, *dv_type, *scalar_, *table;
     if (!PyArg_ParseTuple(args, "OOOOOOO!", &doubt_, &ref_type, &path_type, &nt_type, &dv_type, &scalar_,
@@ -791,8 +566,8 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     static const char *const ref_names[6] = {"dtype", "shape", "offset", "nbytes", "crc32c", "where"};
     static const char *const path_names[3] = {"parent", "key", "_length"};
-    if (slot_descriptors(ref_type, ref_names, ref_slots, 6) < 0
-            || slot_descriptors(path_type, path_names, path_slots, 3) < 0)
+    if (oc_slot_descriptors(ref_type, ref_names, ref_slots, 6) < 0
+            || oc_slot_descriptors(path_type, path_names, path_slots, 3) < 0)
         return NULL;
     if (PyDict_GET_SIZE(table) > MAX_DTYPES) {
         PyErr_SetString(PyExc_ValueError, "too many dtypes");
@@ -833,16 +608,18 @@ static PyMethodDef methods[] = {
      "decode(data, root_path) -> (root, arrays, has_placeholders, columns or None); raises doubt otherwise"},
     {"crc_mismatch", crc_mismatch, METH_VARARGS,
      "crc_mismatch(buffer, columns, first, count, base) -> first mismatching row from first, -1 none, -2 no CPU support"},
-    {"gather", gather, METH_VARARGS,
-     "gather(arrays, offsets, nodes, position, pending) -> end position, or None (the Python path then)"},
-    {"plan_run", plan_run, METH_VARARGS,
-     "plan_run(arrays, start, marker, Planned, name_of) -> (extents, nodes, end), or None (the per-array path)"},
+    {"plan_run", oc_plan_run, METH_VARARGS,
+     "plan_run(keys, arrays, start, marker, Planned, name_of, out) -> (extents, end), or None (the per-array path)"},
+    {"gather_run", oc_gather_run, METH_VARARGS,
+     "gather_run(extents, index, position, Planned, buffer, fill, file_crc) -> (index, position, fill, file_crc)"
+     " or None"},
+    {"pack", oc_pack, METH_VARARGS, "pack(root, ExtType) -> msgpack.packb(root, use_bin_type=True) or None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "opencheckpoint.tree._ctree",
-    "The compiled fast path of tree decoding (see opencheckpoint.tree.ctree).", -1, methods, NULL, NULL, NULL, NULL,
+    "The compiled fast paths of the tree codec (see opencheckpoint.tree.ctree).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__ctree(void) { return PyModule_Create(&module_def); }

@@ -1,4 +1,4 @@
-"""The compiled fast path of tree decoding: ``_ctree``, a small C extension, when it was built (decision 0025).
+"""The compiled fast paths of the tree codec: ``_ctree``, a small C extension, when it was built (decision 0025).
 
 :func:`compiled_decode` accepts exactly what the pure-Python fast path
 (:func:`opencheckpoint.tree.fast.fast_decode`) accepts, gives the same tree,
@@ -6,6 +6,10 @@ and raises :class:`~opencheckpoint.tree.fast._Doubt` on everything else; the
 Python paths then decide, so every error still comes from the exact parser.
 It also returns the array nodes' extents as columns, so step 15
 (:func:`opencheckpoint.tree.layout.check_layout`) takes no Python step per array.
+
+On the save side, :func:`plan_run` plans a dict's run of plain arrays, :func:`gather_run` copies a run of small
+extents into the data file's pending buffer with their checksums, and :func:`compiled_pack` gives the
+document's msgpack bytes; each gives exactly what the Python code gives, or None and the Python code runs.
 
 The extension is built by ``pip install`` (``setup.py``, ``optional``: a
 machine without a C compiler installs the package and uses the Python paths,
@@ -28,6 +32,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from ..format.dtypes import DTYPES, numpy_dtype
@@ -94,40 +99,61 @@ def crc_mismatch(buffer: bytes | bytearray | memoryview, columns: bytes, first: 
     return None if index == -2 else index
 
 
-def gather(arrays: list[Any], offsets: list[int], nodes: list[list[list[Any]]], position: int,
-           pending: bytearray) -> int | None:
-    """Append a run of small extents to ``pending`` (each ``arrays[i]`` at ``offsets[i]``, zero padding
-    before it, the file being at ``position`` where ``pending`` ends) and set index 5 of every node of
-    ``nodes[i]`` to the CRC-32C of ``arrays[i]``; return the position after the run. None, with nothing
-    changed, when the extension is not used, this CPU has no CRC-32C instruction, or an array has no
-    plain buffer: :func:`opencheckpoint.tree.datafile._gather` then does the same in Python.
+def gather_run(extents: list[Any], index: int, position: int, planned_type: type, buffer: bytearray, fill: int,
+               file_crc: int) -> tuple[int, int, int, int] | None:
+    """Copy the run of small extents from ``extents[index]`` into ``buffer`` at ``fill`` (each after its zero
+    padding from the file position ``position``), set index 5 of each of their nodes to their CRC-32C and continue
+    ``file_crc`` over the bytes copied, in one pass; stop before an extent of 64 KiB or more, one whose array has
+    no plain buffer or that does not fit, and after the one that brings ``fill`` to 1 MiB. Returns
+    ``(next index, position, fill, file_crc)`` (next index == index: nothing gathered, the Python code takes
+    that extent); None when the extension is not used or this CPU has no CRC-32C instruction.
 
     >>> import numpy as np
     >>> from opencheckpoint.format.integrity import crc32c
-    >>> pending, node = bytearray(), [None] * 6
-    >>> end = gather([np.ones(2, np.float32)], [64], [[node]], 8, pending)
-    >>> end is None or (end, len(pending), node[5] == crc32c(np.ones(2, np.float32))) == (72, 64, True)
+    >>> from opencheckpoint.tree.datafile import _Planned
+    >>> extent, node = _Planned(np.ones(2, np.float32), 64, 8), [None] * 6
+    >>> extent.nodes.append(node)
+    >>> buffer = bytearray(200)
+    >>> done = gather_run([extent], 0, 8, _Planned, buffer, 0, 0)
+    >>> done is None or done == (1, 72, 64, crc32c(bytes(buffer[:64]))) and node[5] == crc32c(np.ones(2, np.float32))
     True
     """
     if not AVAILABLE:
         return None
-    end: int | None = _ctree.gather(arrays, offsets, nodes, position, pending)
-    return end
+    done: tuple[int, int, int, int] | None = _ctree.gather_run(extents, index, position, planned_type, buffer, fill,
+                                                               file_crc)
+    return done
 
 
-def plan_run(arrays: list[Any], start: int, marker: Any, planned_type: type,
-             name_of: Callable[[Any], tuple[str, bool]]) -> tuple[list[Any], list[list[Any]], int] | None:
-    """The plan of a run of distinct NumPy arrays when every one is stored as it is (the conditions of
-    :func:`opencheckpoint.tree.plan_runs.plain_run`): ``(extents, nodes, end)``, extent ``i`` a new
+def plan_run(keys: list[Any], arrays: list[Any], start: int, marker: Any, planned_type: type,
+             name_of: Callable[[Any], tuple[str, bool]], out: dict[Any, Any]) -> tuple[list[Any], int] | None:
+    """The plan of a dict's run of distinct NumPy arrays when every one is stored as it is (the conditions of
+    :func:`opencheckpoint.tree.plan_runs.plain_run`): ``(extents, end)``, extent ``i`` a new
     ``planned_type(array, offset, nbytes)`` at the 64-byte aligned end of extent ``i - 1`` (the first at
-    ``start``) holding its node ``[marker, name, shape, offset, nbytes, 0]``. None when the extension is
-    not used or any array needs the per-array path (see :meth:`DataFilePlan.compiled_run`).
+    ``start``) holding its node ``[marker, name, shape, offset, nbytes, 0]``, stored as ``out[keys[i]]``. None,
+    with ``out`` unchanged, when the extension is not used, an array appears twice or any array needs the
+    per-array path (see :meth:`DataFilePlan.compiled_run`).
     """
     if not AVAILABLE:
         return None
-    made: tuple[list[Any], list[list[Any]], int] | None = _ctree.plan_run(arrays, start, marker, planned_type,
-                                                                          name_of)
+    made: tuple[list[Any], int] | None = _ctree.plan_run(keys, arrays, start, marker, planned_type, name_of, out)
     return made
 
 
-__all__ = ["AVAILABLE", "compiled_decode", "crc_mismatch", "gather", "plan_run"]
+def compiled_pack(root: Any) -> bytes | None:
+    """``msgpack.packb(root, use_bin_type=True, strict_types=False)``, byte for byte, for a document of the types
+    the tree writer builds (dict, list, tuple, str, bytes, int within 64 bits, float, bool, None,
+    ``msgpack.ExtType``); None when the extension is not used or the document holds anything else, a str that
+    is not valid UTF-8 or a size msgpack refuses: the caller then runs ``msgpack.packb``, which decides.
+
+    >>> doc = {"w": [msgpack.ExtType(6, b""), "float32", (2,), 0, 8, 0xFFFFFFFF], 7: [-1, 1.5, None, True, b"x"]}
+    >>> compiled_pack(doc) in (None, msgpack.packb(doc, use_bin_type=True))
+    True
+    """
+    if not AVAILABLE:
+        return None
+    packed: bytes | None = _ctree.pack(root, msgpack.ExtType)
+    return packed
+
+
+__all__ = ["AVAILABLE", "compiled_decode", "compiled_pack", "crc_mismatch", "gather_run", "plan_run"]

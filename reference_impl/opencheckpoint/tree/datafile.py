@@ -32,7 +32,7 @@ from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
-from .ctree import gather as compiled_gather
+from .ctree import gather_run as compiled_gather_run
 from .ctree import plan_run as compiled_plan_run
 from .file_array import FileArray
 from .plan_runs import name_of
@@ -115,6 +115,9 @@ class DataFilePlan:
         # Arrays that own their memory cannot share it with another owner: they are keyed by
         # object until the first view (which may alias one) turns on keying by data address.
         self._by_id: dict[int, _Planned] = {}
+        # Runs planned in C (compiled_run) wait here to be keyed by id until a later array is planned: a tree
+        # of one run (20,000 tiny arrays) never builds the index.
+        self._unindexed: list[list[_Planned]] = []
         self._by_address_mode = False
 
     def extent_for(self, array: np.ndarray, nbytes: int, owndata: bool | None = None) -> _Planned:
@@ -122,6 +125,8 @@ class DataFilePlan:
 
         ``owndata``: ``array.flags.owndata`` when the caller has the flags already.
         """
+        if self._unindexed:
+            self._index()
         if (array.flags.owndata if owndata is None else owndata) and not self._by_address_mode:
             planned = self._by_id.get(id(array))
             if planned is None:
@@ -143,6 +148,8 @@ class DataFilePlan:
         None when one of them may alias an extent (keyed by address already, or planned before): the caller
         then asks :meth:`extent_for` one array at a time. The offsets are those :meth:`extent_for` gives.
         """
+        if self._unindexed:
+            self._index()
         ids = list(map(id, arrays))
         if self._by_address_mode or len(set(ids)) != len(ids) or not self._by_id.keys().isdisjoint(ids):
             return None
@@ -156,20 +163,45 @@ class DataFilePlan:
         self.size = offsets[-1] + sizes[-1]
         return planned
 
-    def compiled_run(self, arrays: list[np.ndarray], marker: Any) -> list[list[Any]] | None:
-        """The array nodes of a run of NumPy arrays planned in one C call (:func:`~.ctree.plan_run`):
-        what :func:`~.plan_runs.plain_run` and :meth:`new_extents` give, the same extents and nodes;
-        None when the extension is not used or an array needs another path."""
-        ids = list(map(id, arrays))
-        if self._by_address_mode or len(set(ids)) != len(ids) or not self._by_id.keys().isdisjoint(ids):
-            return None
-        made = compiled_plan_run(arrays, -(-self.size // ALIGNMENT) * ALIGNMENT, marker, _Planned, name_of)
+    def compiled_run(self, keys: list[Any], arrays: list[np.ndarray], marker: Any, out: dict[Any, Any]) -> bool:
+        """Plan a dict's run of NumPy arrays in one C call (:func:`~.ctree.plan_run`), storing each array's node
+        as ``out[keys[i]]``: what :func:`~.plan_runs.plain_run` and :meth:`new_extents` give, the same extents
+        and nodes. False, with ``out`` unchanged, when the extension is not used or an array needs another path
+        (an alias of an earlier extent included)."""
+        if self._by_address_mode:
+            return False
+        if self.extents:  # an array of this run planned before would alias its extent
+            if self._unindexed:
+                self._index()
+            if not self._by_id.keys().isdisjoint(map(id, arrays)):
+                return False
+        made = compiled_plan_run(keys, arrays, -(-self.size // ALIGNMENT) * ALIGNMENT, marker, _Planned, name_of, out)
         if made is None:
-            return None
-        planned, nodes, self.size = made
+            return False
+        planned, self.size = made
         self.extents += planned
-        self._by_id.update(zip(ids, planned, strict=True))
-        return nodes
+        self._unindexed.append(planned)
+        return True
+
+    def _index(self) -> None:
+        """Key the extents of the runs planned in C by their array's id (planning is still going on, so each
+        extent still holds the array it was planned for)."""
+        for run in self._unindexed:
+            self._by_id.update(zip(map(id, map(_ARRAY, run)), run, strict=True))
+        self._unindexed.clear()
+
+    @property
+    def aligned_size(self) -> int:
+        """The sum of every extent's ``nbytes`` rounded up to 64 (a save's progress total, a snapshot's buffer),
+        without a step per extent: each extent starts at the aligned end of the one before it, the first at 0,
+        so the sum is the aligned end of the last one.
+
+        >>> plan = DataFilePlan()
+        >>> _ = plan.extent_for(np.ones(3, np.float32), 12), plan.extent_for(np.ones(20, np.uint8), 20)
+        >>> plan.aligned_size == sum(-(-extent.nbytes // 64) * 64 for extent in plan.extents) == 128
+        True
+        """
+        return -(-self.size // ALIGNMENT) * ALIGNMENT
 
     def source_extent(self, array: FileArray, nbytes: int) -> _Planned:
         """A new extent for an array read from a file while the data file is written (never an alias)."""
@@ -190,16 +222,20 @@ class DataFilePlan:
         """Stream every extent to ``path``; fill in each node's crc32c; return the file entry."""
         with open(path, "wb", buffering=0) as out:
             start = start_writeback() if durable else None
-            entry = self.stream(out if start is None else WritebackFile(out, start), sha256=sha256)
+            entry = self.stream(out if start is None else WritebackFile(out, start), sha256=sha256, reuse=True)
             if durable:
                 os.fsync(out.fileno())
         return entry
 
-    def stream(self, out: Writable, *, sha256: bool) -> dict[str, Any]:
-        """Write every extent to ``out`` in order; fill in each node's crc32c; return the file entry."""
+    def stream(self, out: Writable, *, sha256: bool, reuse: bool = False) -> dict[str, Any]:
+        """Write every extent to ``out`` in order; fill in each node's crc32c; return the file entry.
+
+        ``reuse``: ``out.write`` is done with a buffer when it returns (a raw file), so the gathered small
+        extents go through one buffer for the whole file; else (an archive member, whose ZIP CRC-32 may still
+        be reading a buffer in a helper thread) each buffer written is left alone and a new one taken.
+        """
         digest = new_sha256() if sha256 else None
-        file_crc = 0
-        pending = bytearray()
+        pending = _Pending(reuse)
         position = 0
         with ThreadPoolExecutor(1, "oc-crc32c") as pool:
 
@@ -216,38 +252,88 @@ class DataFilePlan:
                 advance(len(view))
 
             extents = self.extents
-            sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
+            sizes: np.ndarray | None = None  # the Python path's run bounds, made when it is first needed
             index = 0
             while index < len(extents):
-                if sizes[index] < _COALESCE_BYTES:
+                gathered = pending.gather(extents, index, position)  # a run in one C call
+                if gathered is not None and gathered[0] > index:
+                    index, position = gathered
+                elif extents[index].nbytes < _COALESCE_BYTES:
                     # A run of small arrays gathered into one buffer, checked in bulk (_gather); the file
                     # CRC of gathered bytes is computed over the whole buffer when it is written (one call).
+                    if sizes is None:
+                        sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
                     stop = _small_run_end(sizes, index)
                     position = _gather(extents[index:stop], position, pending)
                     index = stop
-                    if len(pending) >= _PENDING_BYTES:
-                        file_crc = _crc32c(pending, file_crc)
-                        emit(pending)
-                        pending = bytearray()
+                else:
+                    extent = extents[index]
+                    index += 1
+                    pending.add(_ZEROS[: extent.offset - position])
+                    pending.flush(emit)
+                    crc = _write_extent(extent, emit, pool)
+                    pending.crc = _combine(pending.crc, crc, extent.nbytes)
+                    for node in extent.nodes:
+                        node[5] = crc
+                    position = extent.offset + extent.nbytes
                     continue
-                extent = extents[index]
-                index += 1
-                padding = extent.offset - position
-                if padding:
-                    pending += _ZEROS[:padding]
-                if pending:
-                    file_crc = _crc32c(pending, file_crc)
-                    emit(pending)
-                    pending = bytearray()
-                crc = _write_extent(extent, emit, pool)
-                file_crc = _combine(file_crc, crc, extent.nbytes)
-                for node in extent.nodes:
-                    node[5] = crc
-                position = extent.offset + extent.nbytes
-            if pending:
-                file_crc = _crc32c(pending, file_crc)
-                emit(pending)
-        return file_entry(position, file_crc, digest)
+                if pending.fill >= _PENDING_BYTES:
+                    pending.flush(emit)
+            pending.flush(emit)
+        return file_entry(position, pending.crc, digest)
+
+
+#: Room for a run of small extents once less than _PENDING_BYTES are pending (the C gather never grows it).
+_PENDING_ROOM: Final = _PENDING_BYTES + _COALESCE_BYTES + ALIGNMENT
+
+
+class _Pending:
+    """The gathered bytes of small extents (and padding) waiting to be written, and the file's CRC-32C so far.
+
+    ``crc`` covers the file up to the first ``folded`` bytes of ``buffer[:fill]``: the C gather folds what it
+    copies in the same pass; bytes added from Python are folded by one crc32c call before they are written.
+    """
+
+    __slots__ = ("buffer", "fill", "folded", "crc", "_reuse")
+
+    def __init__(self, reuse: bool) -> None:
+        self._reuse = reuse
+        self.buffer = bytearray()  # made at the first run: a file of big arrays never needs it
+        self.fill = self.folded = self.crc = 0
+
+    def add(self, data: Any) -> None:
+        """Append ``data`` (the buffer grows if it must)."""
+        end = self.fill + len(data)
+        self.buffer[self.fill : end] = data
+        self.fill = end
+
+    def gather(self, extents: list[_Planned], index: int, position: int) -> tuple[int, int] | None:
+        """The run of small extents from ``extents[index]`` gathered by :func:`~.ctree.gather_run`: the next
+        index and the file position after it; None when the extension is not used."""
+        if len(self.buffer) < _PENDING_ROOM:
+            self.buffer += bytes(_PENDING_ROOM - len(self.buffer))
+        self._fold()
+        done = compiled_gather_run(extents, index, position, _Planned, self.buffer, self.fill, self.crc)
+        if done is None:
+            return None
+        index, position, self.fill, self.crc = done
+        self.folded = self.fill
+        return index, position
+
+    def _fold(self) -> None:
+        if self.folded < self.fill:
+            self.crc = _crc32c(memoryview(self.buffer)[self.folded : self.fill], self.crc)
+            self.folded = self.fill
+
+    def flush(self, emit: Any) -> None:
+        """Write the pending bytes through ``emit`` (their CRC folded in first)."""
+        if not self.fill:
+            return
+        self._fold()
+        emit(memoryview(self.buffer)[: self.fill])
+        self.fill = self.folded = 0
+        if not self._reuse:
+            self.buffer = bytearray()
 
 
 def _write_extent(extent: _Planned, emit: Any, pool: ThreadPoolExecutor) -> int:
@@ -287,18 +373,15 @@ def _small_run_end(sizes: np.ndarray, start: int) -> int:
     return start + min(stop, reach + 1)
 
 
-def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:
+def _gather(run: list[_Planned], position: int, pending: _Pending) -> int:
     """Append a run of small extents (each after its zero padding) to ``pending``; store each extent's
     CRC-32C in its nodes; return the file position after the run.
 
     One ``map`` of the CRC call and one ``join`` over the run's arrays (any C-contiguous array is a
-    buffer of its bytes), instead of a dozen Python steps per array; or all of it in one C call
-    (:func:`opencheckpoint.tree.ctree.gather`) when the extension is built.
+    buffer of its bytes), instead of a dozen Python steps per array (the path without the extension,
+    and runs it leaves: arrays without a plain buffer, such as ml_dtypes').
     """
     arrays: list[Any] = list(map(_ARRAY, run))
-    gathered = compiled_gather(arrays, list(map(_OFFSET, run)), list(map(_NODES, run)), position, pending)
-    if gathered is not None:
-        return gathered
     try:
         crcs = list(map(_crc32c, arrays))
     except (TypeError, ValueError, BufferError):  # an array without a plain buffer: through a uint8 view
@@ -308,9 +391,9 @@ def _gather(run: list[_Planned], position: int, pending: bytearray) -> int:
     ends = list(map(add, offsets, map(_NBYTES, run)))
     pads = list(map(sub, offsets, [position, *ends[:-1]]))
     if any(pads):  # each array after its zero padding
-        pending += b"".join(chain.from_iterable(zip(map(_ZEROS.__getitem__, map(slice, pads)), arrays, strict=True)))
+        pending.add(b"".join(chain.from_iterable(zip(map(_ZEROS.__getitem__, map(slice, pads)), arrays, strict=True))))
     else:
-        pending += b"".join(arrays)
+        pending.add(b"".join(arrays))
     for extent, crc in zip(run, crcs, strict=True):
         for node in extent.nodes:
             node[5] = crc

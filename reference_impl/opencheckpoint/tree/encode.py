@@ -32,6 +32,7 @@ from ..format.integrity import crc32c_of, file_entry, new_sha256
 from ..format.limits import ARRAY_MAX_NDIM, TREE_MAX_DEPTH
 from ..rules import raise_if, required
 from ..rules.tree import TREE
+from .ctree import compiled_pack
 from .datafile import DataFilePlan, Writable
 from .file_array import FileArray
 from .gc_pause import paused_gc
@@ -249,9 +250,7 @@ class TreePlan:
         """Plan consecutive dict values that are arrays, in order: in one step when every one is a plain
         distinct array that owns its memory (:func:`_plain_run`; one C call when the extension is built),
         else one at a time (:meth:`_array`)."""
-        compiled = self.data.compiled_run(arrays, _MARK_ARRAY)
-        if compiled is not None:
-            out.update(zip(keys, compiled, strict=True))
+        if self.data.compiled_run(keys, arrays, _MARK_ARRAY, out):
             return
         named = _plain_run(arrays)
         planned = self.data.new_extents(arrays, named[1]) if named is not None else None
@@ -347,10 +346,14 @@ class TreePlan:
                 node[5] = value
 
     def pack(self) -> bytes:
-        """The msgpack bytes of the document (after :meth:`write_data` filled the checksums)."""
-        try:
-            packed: bytes = msgpack.packb(self.root, use_bin_type=True, strict_types=False)
+        """The msgpack bytes of the document (after :meth:`write_data` filled the checksums): in one C pass
+        when the extension is built (:func:`~.ctree.compiled_pack`, the same bytes), else, or on any value it
+        leaves to msgpack, by ``msgpack.packb``, which names a str that cannot be encoded (R-TREE-9)."""
+        packed = compiled_pack(self.root)
+        if packed is not None:
             return packed
+        try:
+            return msgpack.packb(self.root, use_bin_type=True, strict_types=False)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
             raise required(TREE.check("R-TREE-9", None, exc, reported_as=UnsupportedValue)) from None
 

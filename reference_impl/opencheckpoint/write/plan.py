@@ -23,15 +23,11 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..adapters.protocol import Adapter
 from ..container.debris import release
-from ..format.limits import ALIGNMENT
 from ..format.producer import default_producer, utc_timestamp
 from ..manifest_builder import manifest_body
 from ..options import CheckpointOptions
@@ -115,8 +111,7 @@ class SavePlan:
     @property
     def nbytes(self) -> int:
         """The array bytes the write stage moves (each extent 64-byte aligned): progress's total."""
-        sizes = np.fromiter(map(_NBYTES, self.extents), dtype=np.int64)  # one C pass (20,000 tiny arrays)
-        return int(((sizes + (ALIGNMENT - 1)) // ALIGNMENT * ALIGNMENT).sum())
+        return sum(component.nbytes for component in self.components)
 
     def agreement(self) -> dict[str, Any]:
         """The plan as every rank of a collective save must share it, as JSON values (metadata and
@@ -134,5 +129,3 @@ class SavePlan:
         shutil.rmtree(self.scratch, ignore_errors=True)
         release(self.scratch)
 
-
-_NBYTES = attrgetter("nbytes")
