@@ -16,9 +16,8 @@ typedef struct {
     PyObject *ext_type;
 } Packer;
 
-/* Room for n more bytes; 0, or -1 with MemoryError set. */
-static int reserve(Packer *pk, size_t n) {
-    if (pk->capacity - pk->size >= n) return 0;
+/* Room for n more bytes (the buffer doubles): 0, or -1 with MemoryError set. */
+static int grow(Packer *pk, size_t n) {
     size_t capacity = pk->capacity ? pk->capacity : 4096;
     while (capacity - pk->size < n) {
         if (capacity > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
@@ -31,14 +30,19 @@ static int reserve(Packer *pk, size_t n) {
     return 0;
 }
 
-/* A type byte and a big-endian value of ``width`` bytes (0: the type byte alone). */
-static int put(Packer *pk, uint8_t type, uint64_t value, int width) {
-    if (reserve(pk, 1 + (size_t)width) < 0) return -1;
+static inline int reserve(Packer *pk, size_t n) {
+    return pk->capacity - pk->size >= n ? 0 : grow(pk, n);
+}
+
+/* pack() reserves ROOM bytes before each object: a scalar or a header (at most 9 bytes) is then written unchecked. */
+#define ROOM 16
+
+/* A type byte and a big-endian value of ``width`` bytes (0: the type byte alone), within the reserved room. */
+static inline void put(Packer *pk, uint8_t type, uint64_t value, int width) {
     uint8_t *out = pk->data + pk->size;
     out[0] = type;
     for (int i = 0; i < width; i++) out[1 + i] = (uint8_t)(value >> (8 * (width - 1 - i)));
     pk->size += 1 + (size_t)width;
-    return 0;
 }
 
 static int put_bytes(Packer *pk, const void *bytes, size_t n) {
@@ -48,13 +52,13 @@ static int put_bytes(Packer *pk, const void *bytes, size_t n) {
     return 0;
 }
 
-/* A header whose short form carries the length in its low bits (fixstr, fixarray, fixmap) or a type byte and a
- * length of 1, 2 or 4 bytes; ``types`` lists them: {fix base, fix limit, 8-bit or 0, 16-bit, 32-bit}. */
-static int header(Packer *pk, size_t n, const uint8_t fix, size_t fix_limit, uint8_t t8, uint8_t t16, uint8_t t32) {
-    if (n < fix_limit) return put(pk, (uint8_t)(fix | n), 0, 0);
-    if (t8 && n <= 0xFF) return put(pk, t8, n, 1);
-    if (n <= 0xFFFF) return put(pk, t16, n, 2);
-    return put(pk, t32, n, 4);
+/* A header whose short form carries the length in its low bits (fixstr, fixarray, fixmap: below fix_limit), else
+ * a type byte and a length of 1 (t8, when not 0), 2 or 4 bytes; within the reserved room. */
+static inline void header(Packer *pk, size_t n, uint8_t fix, size_t fix_limit, uint8_t t8, uint8_t t16, uint8_t t32) {
+    if (n < fix_limit) put(pk, (uint8_t)(fix | n), 0, 0);
+    else if (t8 && n <= 0xFF) put(pk, t8, n, 1);
+    else if (n <= 0xFFFF) put(pk, t16, n, 2);
+    else put(pk, t32, n, 4);
 }
 
 static int pack_int(Packer *pk, PyObject *obj) {
@@ -65,21 +69,28 @@ static int pack_int(Packer *pk, PyObject *obj) {
     if (overflow > 0) { /* 2**63 .. 2**64 - 1, or beyond (msgpack's OverflowError) */
         unsigned long long big = PyLong_AsUnsignedLongLong(obj);
         if (big == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 1; }
-        return put(pk, 0xcf, big, 8);
+        put(pk, 0xcf, big, 8);
+        return 0;
     }
     if (value >= 0) {
         uint64_t v = (uint64_t)value;
-        if (v < 0x80) return put(pk, (uint8_t)v, 0, 0);
-        if (v <= 0xFF) return put(pk, 0xcc, v, 1);
-        if (v <= 0xFFFF) return put(pk, 0xcd, v, 2);
-        if (v <= 0xFFFFFFFFu) return put(pk, 0xce, v, 4);
-        return put(pk, 0xcf, v, 8);
+        if (v < 0x80) put(pk, (uint8_t)v, 0, 0);
+        else if (v <= 0xFF) put(pk, 0xcc, v, 1);
+        else if (v <= 0xFFFF) put(pk, 0xcd, v, 2);
+        else if (v <= 0xFFFFFFFFu) put(pk, 0xce, v, 4);
+        else put(pk, 0xcf, v, 8);
+    } else if (value >= -32) {
+        put(pk, (uint8_t)(int8_t)value, 0, 0);
+    } else if (value >= -128) {
+        put(pk, 0xd0, (uint64_t)value & 0xFF, 1);
+    } else if (value >= -32768) {
+        put(pk, 0xd1, (uint64_t)value & 0xFFFF, 2);
+    } else if (value >= -2147483648LL) {
+        put(pk, 0xd2, (uint64_t)value & 0xFFFFFFFFu, 4);
+    } else {
+        put(pk, 0xd3, (uint64_t)value, 8);
     }
-    if (value >= -32) return put(pk, (uint8_t)(int8_t)value, 0, 0);
-    if (value >= -128) return put(pk, 0xd0, (uint64_t)value & 0xFF, 1);
-    if (value >= -32768) return put(pk, 0xd1, (uint64_t)value & 0xFFFF, 2);
-    if (value >= -2147483648LL) return put(pk, 0xd2, (uint64_t)value & 0xFFFFFFFFu, 4);
-    return put(pk, 0xd3, (uint64_t)value, 8);
+    return 0;
 }
 
 static int pack_ext(Packer *pk, PyObject *obj) {
@@ -90,52 +101,46 @@ static int pack_ext(Packer *pk, PyObject *obj) {
     if (value == -1 && PyErr_Occurred()) { PyErr_Clear(); return 1; }
     size_t n = (size_t)PyBytes_GET_SIZE(data);
     if (value < 0 || value > 127 || n > 0xFFFFFFFFu) return 1;
-    int failed;
     switch (n) {
-    case 1: failed = put(pk, 0xd4, 0, 0); break;
-    case 2: failed = put(pk, 0xd5, 0, 0); break;
-    case 4: failed = put(pk, 0xd6, 0, 0); break;
-    case 8: failed = put(pk, 0xd7, 0, 0); break;
-    case 16: failed = put(pk, 0xd8, 0, 0); break;
-    default: failed = n <= 0xFF ? put(pk, 0xc7, n, 1) : n <= 0xFFFF ? put(pk, 0xc8, n, 2) : put(pk, 0xc9, n, 4);
+    case 1: put(pk, 0xd4, 0, 0); break;
+    case 2: put(pk, 0xd5, 0, 0); break;
+    case 4: put(pk, 0xd6, 0, 0); break;
+    case 8: put(pk, 0xd7, 0, 0); break;
+    case 16: put(pk, 0xd8, 0, 0); break;
+    default:
+        if (n <= 0xFF) put(pk, 0xc7, n, 1);
+        else if (n <= 0xFFFF) put(pk, 0xc8, n, 2);
+        else put(pk, 0xc9, n, 4);
     }
-    if (failed || put(pk, (uint8_t)value, 0, 0) < 0) return -1;
+    put(pk, (uint8_t)value, 0, 0); /* header and type: at most 6 bytes of the room */
     return put_bytes(pk, PyBytes_AS_STRING(data), n);
 }
 
 /* 0 packed, 1 not this packer's to pack (nothing more is written: the caller drops the buffer), -1 an error. */
 static int pack(Packer *pk, PyObject *obj, int nest) {
     if (nest > MAX_NEST) return 1;
-    if (obj == Py_None) return put(pk, 0xc0, 0, 0);
-    if (obj == Py_True) return put(pk, 0xc3, 0, 0);
-    if (obj == Py_False) return put(pk, 0xc2, 0, 0);
+    if (reserve(pk, ROOM) < 0) return -1;
     PyTypeObject *type = Py_TYPE(obj);
-    if (type == &PyLong_Type) return pack_int(pk, obj);
-    if (type == &PyFloat_Type) {
-        double d = PyFloat_AS_DOUBLE(obj);
-        uint64_t bits;
-        memcpy(&bits, &d, 8);
-        return put(pk, 0xcb, bits, 8);
-    }
     if (type == &PyUnicode_Type) {
         Py_ssize_t n;
-        const char *utf8 = PyUnicode_AsUTF8AndSize(obj, &n);
-        if (utf8 == NULL) { PyErr_Clear(); return 1; } /* lone surrogates: msgpack raises UnicodeEncodeError */
+        const char *utf8;
+        if (PyUnicode_IS_COMPACT_ASCII(obj)) { /* the common key and dtype name: its bytes are its UTF-8 */
+            utf8 = (const char *)PyUnicode_DATA(obj);
+            n = PyUnicode_GET_LENGTH(obj);
+        } else if ((utf8 = PyUnicode_AsUTF8AndSize(obj, &n)) == NULL) {
+            PyErr_Clear(); /* lone surrogates: msgpack raises UnicodeEncodeError (R-TREE-9) */
+            return 1;
+        }
         if ((size_t)n > 0xFFFFFFFFu) return 1;
-        if (header(pk, (size_t)n, 0xa0, 32, 0xd9, 0xda, 0xdb) < 0) return -1;
+        header(pk, (size_t)n, 0xa0, 32, 0xd9, 0xda, 0xdb);
         return put_bytes(pk, utf8, (size_t)n);
     }
-    if (type == &PyBytes_Type) {
-        size_t n = (size_t)PyBytes_GET_SIZE(obj);
-        if (n > 0xFFFFFFFFu) return 1;
-        if (header(pk, n, 0xc4, 0, 0xc4, 0xc5, 0xc6) < 0) return -1;
-        return put_bytes(pk, PyBytes_AS_STRING(obj), n);
-    }
+    if (type == &PyLong_Type) return pack_int(pk, obj);
     if (type == &PyList_Type || type == &PyTuple_Type) {
         Py_ssize_t n = Py_SIZE(obj);
         PyObject **items = type == &PyList_Type ? ((PyListObject *)obj)->ob_item : ((PyTupleObject *)obj)->ob_item;
         if ((size_t)n > 0xFFFFFFFFu) return 1;
-        if (header(pk, (size_t)n, 0x90, 16, 0, 0xdc, 0xdd) < 0) return -1;
+        header(pk, (size_t)n, 0x90, 16, 0, 0xdc, 0xdd);
         for (Py_ssize_t i = 0; i < n; i++) {
             int done = pack(pk, items[i], nest + 1);
             if (done) return done;
@@ -145,7 +150,7 @@ static int pack(Packer *pk, PyObject *obj, int nest) {
     if (type == &PyDict_Type) {
         Py_ssize_t n = PyDict_GET_SIZE(obj), pos = 0;
         if ((size_t)n > 0xFFFFFFFFu) return 1;
-        if (header(pk, (size_t)n, 0x80, 16, 0, 0xde, 0xdf) < 0) return -1;
+        header(pk, (size_t)n, 0x80, 16, 0, 0xde, 0xdf);
         PyObject *key, *value;
         while (PyDict_Next(obj, &pos, &key, &value)) {
             int done = pack(pk, key, nest + 1);
@@ -153,6 +158,22 @@ static int pack(Packer *pk, PyObject *obj, int nest) {
             if (done) return done;
         }
         return 0;
+    }
+    if (obj == Py_None) { put(pk, 0xc0, 0, 0); return 0; }
+    if (obj == Py_True) { put(pk, 0xc3, 0, 0); return 0; }
+    if (obj == Py_False) { put(pk, 0xc2, 0, 0); return 0; }
+    if (type == &PyFloat_Type) {
+        double d = PyFloat_AS_DOUBLE(obj);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        put(pk, 0xcb, bits, 8);
+        return 0;
+    }
+    if (type == &PyBytes_Type) {
+        size_t n = (size_t)PyBytes_GET_SIZE(obj);
+        if (n > 0xFFFFFFFFu) return 1;
+        header(pk, n, 0xc4, 0, 0xc4, 0xc5, 0xc6);
+        return put_bytes(pk, PyBytes_AS_STRING(obj), n);
     }
     if ((PyObject *)type == pk->ext_type) return pack_ext(pk, obj);
     return 1;

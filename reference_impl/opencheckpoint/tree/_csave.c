@@ -11,9 +11,47 @@
 #define PENDING_BYTES (1 << 20)          /* datafile._PENDING_BYTES: the pending buffer is written from this size */
 
 
-/* One array of a run for plan_run: whether it is stored as it is (C-contiguous, owning its memory, not empty,
- * within ARRAY_MAX_NDIM, a known little-endian dtype other than bool), its dtype name, shape and nbytes. */
+/* An attribute read many times in one call, on objects of one type: where that type gets it with the generic
+ * lookup from a getset descriptor (ndarray's dtype, flags, nbytes, shape; the flags object's c_contiguous, owndata),
+ * its getter is called directly: what PyObject_GetAttr ends in, without the lookup through the type's dicts per
+ * array. Resolved for the first type met and kept for one call only (the arrays keep their types alive). */
+typedef struct {
+    PyObject *name;
+    PyTypeObject *type;
+    getter get;
+    void *closure;
+} Attr;
+
+static PyObject *attr(PyObject *obj, Attr *a) {
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type != a->type) {
+        a->type = type;
+        a->get = NULL;
+        PyObject *mro = type->tp_mro, *descr = NULL;
+        if (type->tp_getattro == PyObject_GenericGetAttr && mro != NULL && PyTuple_Check(mro)) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && descr == NULL; i++) {
+                PyObject *dict = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict;
+                descr = dict ? PyDict_GetItemWithError(dict, a->name) : NULL;
+                if (descr == NULL && PyErr_Occurred()) return NULL;
+            }
+        }
+        if (descr != NULL && Py_IS_TYPE(descr, &PyGetSetDescr_Type)
+                && PyType_IsSubtype(type, PyDescr_TYPE(descr)) && ((PyGetSetDescrObject *)descr)->d_getset->get) {
+            a->get = ((PyGetSetDescrObject *)descr)->d_getset->get;
+            a->closure = ((PyGetSetDescrObject *)descr)->d_getset->closure;
+        }
+    }
+    return a->get ? a->get(obj, a->closure) : PyObject_GetAttr(obj, a->name);
+}
+
+/* The attributes plain_array reads, and the dtypes met in one call with their spec names. */
 typedef struct { PyObject *dtype, *name; } DtypeName;
+typedef struct {
+    Attr dtype, flags, c_contiguous, owndata, nbytes, shape;
+    DtypeName names[16];
+    int n_names;
+} Run;
+
 /* Attribute names, interned once (a lookup by a C string builds a str each time). */
 static PyObject *s_dtype, *s_flags, *s_c_contiguous, *s_owndata, *s_nbytes, *s_shape;
 
@@ -28,45 +66,63 @@ static int intern_names(void) {
     return s_dtype && s_flags && s_c_contiguous && s_owndata && s_nbytes && s_shape ? 0 : -1;
 }
 
-static int plain_array(PyObject *array, PyObject *name_of, DtypeName *names, int *n_names, PyObject **name,
-                       PyObject **shape, unsigned long long *nbytes) {
-    PyObject *dtype = PyObject_GetAttr(array, s_dtype);
+static void run_init(Run *run) {
+    memset(run, 0, sizeof *run);
+    run->dtype.name = s_dtype;
+    run->flags.name = s_flags;
+    run->c_contiguous.name = s_c_contiguous;
+    run->owndata.name = s_owndata;
+    run->nbytes.name = s_nbytes;
+    run->shape.name = s_shape;
+}
+
+static void run_clear(Run *run) {
+    for (int i = 0; i < run->n_names; i++) { Py_DECREF(run->names[i].dtype); Py_DECREF(run->names[i].name); }
+    run->n_names = 0;
+}
+
+/* One array of a run for plan_run: whether it is stored as it is (C-contiguous, owning its memory, not empty,
+ * within ARRAY_MAX_NDIM, a known little-endian dtype other than bool), its dtype name, shape and nbytes.
+ * 1 yes, 0 no (the Python path), -1 an error. */
+static int plain_array(PyObject *array, PyObject *name_of, Run *run, PyObject **name, PyObject **shape,
+                       unsigned long long *nbytes) {
+    PyObject *dtype = attr(array, &run->dtype);
     if (dtype == NULL) return -1;
     *name = NULL;
-    for (int i = 0; i < *n_names; i++)
-        if (names[i].dtype == dtype) { *name = names[i].name; break; }
+    for (int i = 0; i < run->n_names; i++)
+        if (run->names[i].dtype == dtype) { *name = run->names[i].name; break; }
     if (*name == NULL) {
-        if (*n_names == 16) { Py_DECREF(dtype); return 0; } /* a run of many dtypes: the Python path */
+        if (run->n_names == 16) { Py_DECREF(dtype); return 0; } /* a run of many dtypes: the Python path */
         PyObject *pair = PyObject_CallOneArg(name_of, dtype);
         if (pair == NULL) { Py_DECREF(dtype); PyErr_Clear(); return 0; } /* not a spec dtype: the Python path */
         int plain = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
                     && PyTuple_GET_ITEM(pair, 1) == Py_False
                     && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(pair, 0), "bool") != 0;
         if (plain) {
-            names[*n_names].dtype = Py_NewRef(dtype);
-            names[*n_names].name = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-            *name = names[(*n_names)++].name;
+            run->names[run->n_names].dtype = Py_NewRef(dtype);
+            run->names[run->n_names].name = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+            *name = run->names[run->n_names++].name;
         }
         Py_DECREF(pair);
     }
     Py_DECREF(dtype);
     if (*name == NULL) return 0;
-    PyObject *flags = PyObject_GetAttr(array, s_flags);
+    PyObject *flags = attr(array, &run->flags);
     if (flags == NULL) return -1;
-    PyObject *contiguous = PyObject_GetAttr(flags, s_c_contiguous);
-    PyObject *owndata = contiguous ? PyObject_GetAttr(flags, s_owndata) : NULL;
+    PyObject *contiguous = attr(flags, &run->c_contiguous);
+    PyObject *owndata = contiguous ? attr(flags, &run->owndata) : NULL;
     Py_DECREF(flags);
     int ok = owndata != NULL && contiguous == Py_True && owndata == Py_True;
     Py_XDECREF(contiguous);
     Py_XDECREF(owndata);
     if (!ok) return PyErr_Occurred() ? -1 : 0;
-    PyObject *size = PyObject_GetAttr(array, s_nbytes);
+    PyObject *size = attr(array, &run->nbytes);
     if (size == NULL) return -1;
     *nbytes = PyLong_AsUnsignedLongLong(size);
     Py_DECREF(size);
     if (PyErr_Occurred()) return -1;
     if (*nbytes == 0) return 0;
-    *shape = PyObject_GetAttr(array, s_shape);
+    *shape = attr(array, &run->shape);
     if (*shape == NULL) return -1;
     if (!PyTuple_CheckExact(*shape) || PyTuple_GET_SIZE(*shape) > MAX_NDIM) { Py_CLEAR(*shape); return 0; }
     return 1;
@@ -91,42 +147,33 @@ static int distinct(PyObject *const *items, Py_ssize_t n) {
     return result;
 }
 
-/* plan_run(keys, arrays, start, marker, Planned, name_of, out): the plan of a dict's run of NumPy arrays
- * (tree/datafile.py DataFilePlan.compiled_run) when they are distinct objects and every one is stored as it is:
- * extent i a new Planned at the 64-byte aligned end of extent i - 1 (the first at ``start``) holding its node
- * [marker, name, shape, offset, nbytes, 0], and out[keys[i]] = that node, in order. Returns (extents, end); None,
- * with ``out`` unchanged, when any array needs the per-array path. ``name_of(dtype)`` gives (name, swapped).
- * Consecutive extents of one size share their nbytes int (20,000 tiny arrays: 20,000 ints fewer to make and free). */
-PyObject *oc_plan_run(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *keys, *arrays, *marker, *planned_type, *name_of, *out;
-    unsigned long long start;
-    if (!PyArg_ParseTuple(args, "O!O!KOOOO!", &PyList_Type, &keys, &PyList_Type, &arrays, &start, &marker,
-                          &planned_type, &name_of, &PyDict_Type, &out))
-        return NULL;
+/* The plan of n (key, array) pairs (new references in ``items``: key i at 2i, array i at 2i + 1) for plan_run and
+ * plan_dict: (extents, end), or None with ``out`` unchanged. */
+static PyObject *plan_items(PyObject *const *items, Py_ssize_t n, uint64_t start, PyObject *marker,
+                            PyObject *planned_type, PyObject *name_of, PyObject *out) {
     static const char *const slot_names[4] = {"array", "nodes", "offset", "nbytes"};
     PyObject *slots[4] = {NULL, NULL, NULL, NULL};
-    DtypeName names[16];
-    int n_names = 0;
-    Py_ssize_t n = PyList_GET_SIZE(arrays);
-    if (PyList_GET_SIZE(keys) != n) {
-        PyErr_SetString(PyExc_ValueError, "keys and arrays differ in length");
-        return NULL;
-    }
+    Run run;
     PyObject *planned = PyList_New(n), *nodes = PyList_New(n), *result = NULL, *size = NULL;
+    PyObject **arrays = PyMem_Malloc(((size_t)n + 1) * sizeof(PyObject *));
     unsigned long long last_size = 0;
-    if (planned == NULL || nodes == NULL || !PyType_Check(planned_type) || intern_names() < 0
-            || oc_slot_descriptors(planned_type, slot_names, slots, 4) < 0)
+    run_init(&run); /* the names were interned by the entry point */
+    if (planned == NULL || nodes == NULL || arrays == NULL || !PyType_Check(planned_type)
+            || oc_slot_descriptors(planned_type, slot_names, slots, 4) < 0) {
+        if (arrays == NULL) PyErr_NoMemory();
         goto done;
-    int unique = distinct(((PyListObject *)arrays)->ob_item, n);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) arrays[i] = items[2 * i + 1];
+    int unique = distinct(arrays, n);
     if (unique <= 0) {
         if (unique == 0) result = Py_NewRef(Py_None); /* an array twice: its second node aliases the first */
         goto done;
     }
     uint64_t offset = start, end = start;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *array = PyList_GET_ITEM(arrays, i), *name, *shape = NULL;
+        PyObject *array = arrays[i], *name, *shape = NULL;
         unsigned long long nbytes;
-        int plain = plain_array(array, name_of, names, &n_names, &name, &shape, &nbytes);
+        int plain = plain_array(array, name_of, &run, &name, &shape, &nbytes);
         if (plain <= 0) {
             if (plain == 0) result = Py_NewRef(Py_None);
             goto done;
@@ -160,14 +207,75 @@ PyObject *oc_plan_run(PyObject *Py_UNUSED(module), PyObject *args) {
         PyList_SET_ITEM(nodes, i, node);
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (PyDict_SetItem(out, PyList_GET_ITEM(keys, i), PyList_GET_ITEM(nodes, i)) < 0) goto done;
+        if (PyDict_SetItem(out, items[2 * i], PyList_GET_ITEM(nodes, i)) < 0) goto done;
     result = Py_BuildValue("(OK)", planned, (unsigned long long)end);
 done:
-    for (int i = 0; i < n_names; i++) { Py_DECREF(names[i].dtype); Py_DECREF(names[i].name); }
+    run_clear(&run);
     for (int i = 0; i < 4; i++) Py_XDECREF(slots[i]);
     Py_XDECREF(planned);
     Py_XDECREF(nodes);
     Py_XDECREF(size);
+    PyMem_Free(arrays);
+    return result;
+}
+
+static void release_items(PyObject **items, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) Py_DECREF(items[i]);
+    PyMem_Free(items);
+}
+
+/* plan_run(keys, arrays, start, marker, Planned, name_of, out): the plan of a dict's run of NumPy arrays
+ * (tree/datafile.py DataFilePlan.compiled_run) when they are distinct objects and every one is stored as it is:
+ * extent i a new Planned at the 64-byte aligned end of extent i - 1 (the first at ``start``) holding its node
+ * [marker, name, shape, offset, nbytes, 0], and out[keys[i]] = that node, in order. Returns (extents, end); None,
+ * with ``out`` unchanged, when any array needs the per-array path. ``name_of(dtype)`` gives (name, swapped).
+ * Consecutive extents of one size share their nbytes int (20,000 tiny arrays: 20,000 ints fewer to make and free). */
+PyObject *oc_plan_run(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *keys, *arrays, *marker, *planned_type, *name_of, *out;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "O!O!KOOOO!", &PyList_Type, &keys, &PyList_Type, &arrays, &start, &marker,
+                          &planned_type, &name_of, &PyDict_Type, &out))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(arrays);
+    if (intern_names() < 0) return NULL;
+    if (PyList_GET_SIZE(keys) != n) {
+        PyErr_SetString(PyExc_ValueError, "keys and arrays differ in length");
+        return NULL;
+    }
+    PyObject **items = PyMem_Malloc(((size_t)n + 1) * 2 * sizeof(PyObject *));
+    if (items == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) { /* held: name_of is Python code */
+        items[2 * i] = Py_NewRef(PyList_GET_ITEM(keys, i));
+        items[2 * i + 1] = Py_NewRef(PyList_GET_ITEM(arrays, i));
+    }
+    PyObject *result = plan_items(items, n, start, marker, planned_type, name_of, out);
+    release_items(items, 2 * n);
+    return result;
+}
+
+/* plan_dict(mapping, ndarray, start, marker, Planned, name_of, out): plan_run over the items of the dict
+ * ``mapping`` when it is not empty, every key is a str and every value an ndarray (exact types); else None. The
+ * common state dict of arrays, without a Python pass over its types. */
+PyObject *oc_plan_dict(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *mapping, *ndarray, *marker, *planned_type, *name_of, *out;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "O!OKOOOO!", &PyDict_Type, &mapping, &ndarray, &start, &marker, &planned_type,
+                          &name_of, &PyDict_Type, &out))
+        return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(mapping), pos = 0, count = 0;
+    if (intern_names() < 0) return NULL;
+    if (n == 0) Py_RETURN_NONE;
+    PyObject **items = PyMem_Malloc(((size_t)n + 1) * 2 * sizeof(PyObject *));
+    if (items == NULL) return PyErr_NoMemory();
+    PyObject *key, *value;
+    while (count < 2 * n && PyDict_Next(mapping, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || (PyObject *)Py_TYPE(value) != ndarray) break;
+        items[count++] = Py_NewRef(key);
+        items[count++] = Py_NewRef(value);
+    }
+    PyObject *result = count == 2 * n ? plan_items(items, n, start, marker, planned_type, name_of, out)
+                                      : Py_NewRef(Py_None);
+    release_items(items, count);
     return result;
 }
 

@@ -610,6 +610,8 @@ static PyMethodDef methods[] = {
      "crc_mismatch(buffer, columns, first, count, base) -> first mismatching row from first, -1 none, -2 no CPU support"},
     {"plan_run", oc_plan_run, METH_VARARGS,
      "plan_run(keys, arrays, start, marker, Planned, name_of, out) -> (extents, end), or None (the per-array path)"},
+    {"plan_dict", oc_plan_dict, METH_VARARGS,
+     "plan_dict(mapping, ndarray, start, marker, Planned, name_of, out) -> (extents, end), or None"},
     {"gather_run", oc_gather_run, METH_VARARGS,
      "gather_run(extents, index, position, Planned, buffer, fill, file_crc) -> (index, position, fill, file_crc)"
      " or None"},

@@ -25,6 +25,7 @@ OC_HIDDEN PyObject *oc_new_slotted(PyObject *type, PyObject **slots, PyObject **
 OC_HIDDEN int oc_slot_descriptors(PyObject *type, const char *const *names, PyObject **out, int n);
 
 OC_HIDDEN PyObject *oc_plan_run(PyObject *module, PyObject *args);
+OC_HIDDEN PyObject *oc_plan_dict(PyObject *module, PyObject *args);
 OC_HIDDEN PyObject *oc_gather_run(PyObject *module, PyObject *args);
 OC_HIDDEN PyObject *oc_pack(PyObject *module, PyObject *args);
 

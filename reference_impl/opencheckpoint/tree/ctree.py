@@ -140,6 +140,18 @@ def plan_run(keys: list[Any], arrays: list[Any], start: int, marker: Any, planne
     return made
 
 
+def plan_dict(mapping: dict[Any, Any], start: int, marker: Any, planned_type: type,
+              name_of: Callable[[Any], tuple[str, bool]], out: dict[Any, Any]) -> tuple[list[Any], int] | None:
+    """:func:`plan_run` over the items of ``mapping`` when every key is a ``str`` and every value an
+    ``np.ndarray`` (exact types; a state dict of arrays), without a Python pass over them; else None.
+    """
+    if not AVAILABLE:
+        return None
+    made: tuple[list[Any], int] | None = _ctree.plan_dict(mapping, np.ndarray, start, marker, planned_type, name_of,
+                                                          out)
+    return made
+
+
 def compiled_pack(root: Any) -> bytes | None:
     """``msgpack.packb(root, use_bin_type=True, strict_types=False)``, byte for byte, for a document of the types
     the tree writer builds (dict, list, tuple, str, bytes, int within 64 bits, float, bool, None,
@@ -156,4 +168,4 @@ def compiled_pack(root: Any) -> bytes | None:
     return packed
 
 
-__all__ = ["AVAILABLE", "compiled_decode", "compiled_pack", "crc_mismatch", "gather_run", "plan_run"]
+__all__ = ["AVAILABLE", "compiled_decode", "compiled_pack", "crc_mismatch", "gather_run", "plan_dict", "plan_run"]

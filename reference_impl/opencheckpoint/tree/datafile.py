@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import accumulate, chain
 from operator import add, attrgetter, sub
@@ -33,6 +34,7 @@ from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
 from .ctree import gather_run as compiled_gather_run
+from .ctree import plan_dict as compiled_plan_dict
 from .ctree import plan_run as compiled_plan_run
 from .file_array import FileArray
 from .plan_runs import name_of
@@ -168,14 +170,31 @@ class DataFilePlan:
         as ``out[keys[i]]``: what :func:`~.plan_runs.plain_run` and :meth:`new_extents` give, the same extents
         and nodes. False, with ``out`` unchanged, when the extension is not used or an array needs another path
         (an alias of an earlier extent included)."""
+        if not self._may_run(arrays):
+            return False
+        start = -(-self.size // ALIGNMENT) * ALIGNMENT
+        return self._add_run(compiled_plan_run(keys, arrays, start, marker, _Planned, name_of, out))
+
+    def compiled_dict(self, mapping: dict[Any, Any], marker: Any, out: dict[Any, Any]) -> bool:
+        """:meth:`compiled_run` over a whole dict whose keys are all ``str`` and values all ``np.ndarray``
+        (:func:`~.ctree.plan_dict`); False, with ``out`` unchanged, for any other dict or when it cannot."""
+        if not self._may_run(mapping.values()):
+            return False
+        start = -(-self.size // ALIGNMENT) * ALIGNMENT
+        return self._add_run(compiled_plan_dict(mapping, start, marker, _Planned, name_of, out))
+
+    def _may_run(self, arrays: Iterable[Any]) -> bool:
+        """Whether a run of new extents may hold ``arrays``: none of them planned before (it would alias that
+        extent) and no view planned before (extents are then keyed by address)."""
         if self._by_address_mode:
             return False
-        if self.extents:  # an array of this run planned before would alias its extent
+        if self.extents:
             if self._unindexed:
                 self._index()
-            if not self._by_id.keys().isdisjoint(map(id, arrays)):
-                return False
-        made = compiled_plan_run(keys, arrays, -(-self.size // ALIGNMENT) * ALIGNMENT, marker, _Planned, name_of, out)
+            return self._by_id.keys().isdisjoint(map(id, arrays))
+        return True
+
+    def _add_run(self, made: tuple[list[_Planned], int] | None) -> bool:
         if made is None:
             return False
         planned, self.size = made

@@ -220,6 +220,8 @@ class TreePlan:
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
+        if type(value) is dict and self.data.compiled_dict(value, _MARK_ARRAY, out):
+            return out  # a state dict of plain arrays, planned in one C call
         if value and _ONLY_NDARRAY.issuperset(map(type, value.values())) and _ONLY_STR.issuperset(map(type, value)):
             self._array_run(list(value), list(value.values()), out, path)  # a state dict of arrays: one run
             return out
