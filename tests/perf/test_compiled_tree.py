@@ -269,13 +269,13 @@ def test_both_paths_write_the_same_bytes(name: str, tmp_path: Path, monkeypatch:
         assert written[0][0] == "refused"
 
 
-def test_a_state_dict_of_tiny_arrays_is_planned_and_gathered_in_c(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_state_dict_of_tiny_arrays_is_planned_gathered_and_packed_in_c(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     if not ctree.AVAILABLE:
         pytest.skip("the C extension is not built or is turned off")
-    from opencheckpoint.tree import datafile
+    from opencheckpoint.tree import datafile, encode
 
-    results: dict[str, list[Any]] = {"plan": [], "gather": []}
+    results: dict[str, list[Any]] = {"plan": [], "gather": [], "pack": []}
 
     def spy(name: str, function: Any) -> Any:
         def call(*args: Any) -> Any:
@@ -283,11 +283,14 @@ def test_a_state_dict_of_tiny_arrays_is_planned_and_gathered_in_c(tmp_path: Path
             return results[name][-1]
         return call
 
-    monkeypatch.setattr(datafile, "compiled_plan_run", spy("plan", datafile.compiled_plan_run))
-    monkeypatch.setattr(datafile, "compiled_gather", spy("gather", datafile.compiled_gather))
+    monkeypatch.setattr(datafile, "compiled_plan_dict", spy("plan", datafile.compiled_plan_dict))
+    monkeypatch.setattr(datafile, "compiled_gather_run", spy("gather", datafile.compiled_gather_run))
+    monkeypatch.setattr(encode, "compiled_pack", spy("pack", encode.compiled_pack))
     state = tiny_state()
     del state["flags"]  # bool arrays take the per-array path (stored canonicalised)
     loaded = read_component(Checkpoint(s=state).save(tmp_path / "c"), "s")
-    assert [len(made[1]) for made in results["plan"] if made is not None] == [len(state)]
+    assert [len(made[0]) for made in results["plan"] if made is not None] == [len(state)]
     assert results["gather"] and None not in results["gather"]
+    assert results["gather"][-1][0] == len(state)  # every extent gathered in C, up to the last
+    assert [type(packed) for packed in results["pack"]] == [bytes]
     assert all(loaded[key].tobytes() == array.tobytes() for key, array in state.items())
