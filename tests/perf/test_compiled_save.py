@@ -1,4 +1,4 @@
-"""The compiled save side (``tree/_csave.c``, ``tree/_cpack.c`` through ``tree/ctree.py``) does what the Python code does.
+"""The compiled save side (``tree/_csave.c``, ``tree/_cpack.c``, through ``tree/ctree.py``) does what Python does.
 
 ``compiled_pack`` gives ``msgpack.packb``'s bytes for every document of the
 writer's types (hypothesis, the size and integer boundaries of every msgpack

@@ -378,7 +378,6 @@ _NBYTES = attrgetter("nbytes")
 _OFFSET = attrgetter("offset")
 _ARRAY = attrgetter("array")
 _BUFFER = attrgetter("buffer")
-_NODES = attrgetter("nodes")
 
 
 def _small_run_end(sizes: np.ndarray, start: int) -> int:
