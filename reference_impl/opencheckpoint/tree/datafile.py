@@ -33,6 +33,7 @@ from ..format.integrity import crc32c as _crc32c
 from ..format.integrity import file_entry, new_sha256
 from ..format.limits import ALIGNMENT
 from ..progress import advance
+from . import ctree
 from .ctree import gather_run as compiled_gather_run
 from .ctree import plan_dict as compiled_plan_dict
 from .ctree import plan_run as compiled_plan_run
@@ -274,19 +275,8 @@ class DataFilePlan:
             sizes: np.ndarray | None = None  # the Python path's run bounds, made when it is first needed
             index = 0
             while index < len(extents):
-                gathered = pending.gather(extents, index, position)  # a run in one C call
-                if gathered is not None and gathered[0] > index:
-                    index, position = gathered
-                elif extents[index].nbytes < _COALESCE_BYTES:
-                    # A run of small arrays gathered into one buffer, checked in bulk (_gather); the file
-                    # CRC of gathered bytes is computed over the whole buffer when it is written (one call).
-                    if sizes is None:
-                        sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
-                    stop = _small_run_end(sizes, index)
-                    position = _gather(extents[index:stop], position, pending)
-                    index = stop
-                else:
-                    extent = extents[index]
+                extent = extents[index]
+                if extent.nbytes >= _COALESCE_BYTES:  # written from its own buffer, the pending bytes first
                     index += 1
                     pending.add(_ZEROS[: extent.offset - position])
                     pending.flush(emit)
@@ -296,6 +286,17 @@ class DataFilePlan:
                         node[5] = crc
                     position = extent.offset + extent.nbytes
                     continue
+                gathered = pending.gather(extents, index, position)  # a run of small extents in one C call
+                if gathered is not None and gathered[0] > index:
+                    index, position = gathered
+                else:
+                    # The run in Python (no extension, or an extent it leaves): gathered into the same buffer,
+                    # checked in bulk (_gather); its file CRC is folded in before the buffer is written.
+                    if sizes is None:
+                        sizes = np.fromiter(map(_NBYTES, extents), dtype=np.int64, count=len(extents))
+                    stop = _small_run_end(sizes, index)
+                    position = _gather(extents[index:stop], position, pending)
+                    index = stop
                 if pending.fill >= _PENDING_BYTES:
                     pending.flush(emit)
             pending.flush(emit)
@@ -329,8 +330,13 @@ class _Pending:
     def gather(self, extents: list[_Planned], index: int, position: int) -> tuple[int, int] | None:
         """The run of small extents from ``extents[index]`` gathered by :func:`~.ctree.gather_run`: the next
         index and the file position after it; None when the extension is not used."""
-        if len(self.buffer) < _PENDING_ROOM:
-            self.buffer += bytes(_PENDING_ROOM - len(self.buffer))
+        if not ctree.AVAILABLE:
+            return None
+        if len(self.buffer) < _PENDING_ROOM:  # room for a run (zeroed once: the C gather writes, never grows)
+            if self.fill:
+                self.buffer += bytes(_PENDING_ROOM - len(self.buffer))
+            else:
+                self.buffer = bytearray(_PENDING_ROOM)
         self._fold()
         done = compiled_gather_run(extents, index, position, _Planned, self.buffer, self.fill, self.crc)
         if done is None:
