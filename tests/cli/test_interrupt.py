@@ -178,3 +178,37 @@ def test_an_answered_or_late_ctrl_c_keeps_the_commands_status(tmp_path: Path, sc
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # never the signal's death (-2)
     assert "Traceback" not in done.stderr
     assert done.stdout.startswith("opencheckpoint " if args == ["--version"] else str(tmp_path / "ckpt"))
+
+
+#: ``python -c`` source: the command line, whose command is interrupted inside an import that turns the
+#: KeyboardInterrupt into an ImportError, as NumPy's does when the signal lands while its C code imports
+#: ``datetime`` ("PyCapsule_Import could not import module"; seen in a full-suite run of the export case above).
+INTERRUPT_TURNED_INTO_IMPORT_ERROR = """
+import os, runpy, signal, sys, time
+import opencheckpoint.cli.main as cli_main
+
+def command(argv=None):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        raise ImportError('PyCapsule_Import could not import module "datetime"') from None
+    return 0
+
+cli_main.main = command
+sys.argv = ["opencheckpoint", "--version"]
+runpy.run_module("opencheckpoint", run_name="__main__")
+"""
+
+
+def test_an_interrupt_a_c_extension_turned_into_another_error_is_answered_as_the_interrupt() -> None:
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_TURNED_INTO_IMPORT_ERROR], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stderr.splitlines()) == (130, ["interrupted"]), done.stderr[-2000:]
+
+
+def test_an_error_without_an_interrupt_still_shows_its_traceback() -> None:
+    script = INTERRUPT_TURNED_INTO_IMPORT_ERROR.replace("os.kill(os.getpid(), signal.SIGINT)",
+                                                        "raise KeyboardInterrupt  # not a signal")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "ImportError: PyCapsule_Import" in done.stderr, done.stderr[-2000:]
