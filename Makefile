@@ -35,7 +35,7 @@ demo: $(STAMP)
 # wall time are printed at the end (the test budget: docs/development.md). Long campaigns (tests marked `long`)
 # are skipped here and run by `make test-long`, which a release's CI runs.
 TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # The suite starts hundreds of interpreters (CLI runs, ranks, doc pages, the independent reader once per case);
 # with PYTHONDONTWRITEBYTECODE set (as on CI) each one would compile every module it imports from source, since
 # an editable install, unlike a wheel's, is not byte-compiled. Compiled once here instead (only what changed;

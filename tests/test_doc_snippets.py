@@ -78,7 +78,7 @@ def runs(page: Path) -> list[tuple[int, str, str | list[str]]]:
     return runnable
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=8)  # one interpreter per page, most import torch or JAX
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_code_blocks_run_as_written(page: Path, tmp_path: Path) -> None:
     """The page's blocks run in order in one fresh interpreter: Python blocks each in a namespace of its own and
