@@ -29,6 +29,10 @@
   done is done and the status says so. (The interpreter keeps an ignored
   signal ignored through its shutdown.)
 
+A command started with SIGINT ignored (in the background of a script, under
+``nohup``) keeps it ignored: :func:`run` installs its handler only in place of
+Python's default one.
+
 ``main()`` itself changes no signal handler: tests and scripts call it in
 their own process; :func:`run` owns the process, so it may.
 """
@@ -52,7 +56,8 @@ def run() -> NoReturn:
     """Run the command line on ``sys.argv`` and exit with its status (the console script's entry point)."""
     status: int | str | None
     os.environ.setdefault(*BLAS_THREADS)
-    signal.signal(signal.SIGINT, _note_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored (nohup, &)
+        signal.signal(signal.SIGINT, _note_interrupt)
     try:
         try:
             from .main import main
