@@ -84,7 +84,7 @@ def _costliest_first(items: list[pytest.Item]) -> None:
     pytest-xdist hands each worker the next unit of work (a test, or a whole group: see above) in this order
     (``make test`` passes ``--no-loadscope-reorder``, which would otherwise put the groups with the most tests
     first). A test's cost is the ``seconds`` of its ``slow`` marker (a measured CPU estimate; unmarked tests
-    cost nothing), a group's the most of its tests'; the sort is stable, so tests of equal cost keep their
+    cost nothing), a group's the sum of its tests'; the sort is stable, so tests of equal cost keep their
     collection order. Left in collection order, a single test of 80 s (mypy on a fresh clone) or a group of
     90 s (the multi-host launches) met late kept one worker busy for minutes after the other had finished.
     Only the order changes: which tests run, and the group each joins, do not.
@@ -98,5 +98,5 @@ def _costliest_first(items: list[pytest.Item]) -> None:
 
     costs: dict[str, float] = {}
     for item in items:
-        costs[group(item)] = max(costs.get(group(item), 0.0), cost(item))
+        costs[group(item)] = costs.get(group(item), 0.0) + cost(item)
     items.sort(key=lambda item: -costs[group(item)])

@@ -38,13 +38,14 @@ def test_the_costliest_tests_and_groups_start_first_and_equal_costs_keep_their_o
     group = pytest.mark.xdist_group("tests/x.py")
     items = [
         _Item("a"),
-        _Item("x1", group),
+        _Item("x1", group, pytest.mark.slow(seconds=1)),
         _Item("b", pytest.mark.slow),  # slow without seconds: cost 0, stays in place
         _Item("c", pytest.mark.slow(seconds=10)),
         _Item("d"),
-        _Item("x2", group, pytest.mark.slow(seconds=30)),  # the group's cost is its costliest test's
+        _Item("x2", group, pytest.mark.slow(seconds=30)),  # the group's cost: the sum of its tests', 31
         _Item("e", pytest.mark.slow(seconds=80)),
         _Item("f", pytest.mark.slow(seconds=10)),
+        _Item("g", pytest.mark.slow(seconds=30.5)),  # below the group's 31, above the others
     ]
     _root_conftest()._costliest_first(items)  # stand-ins for pytest items (the module is untyped to mypy here)
-    assert [item.nodeid for item in items] == ["e", "x1", "x2", "c", "f", "a", "b", "d"]
+    assert [item.nodeid for item in items] == ["e", "x1", "x2", "g", "c", "f", "a", "b", "d"]
