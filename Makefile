@@ -35,10 +35,16 @@ demo: $(STAMP)
 # wall time are printed at the end (the test budget: docs/development.md). Long campaigns (tests marked `long`)
 # are skipped here and run by `make test-long`, which a release's CI runs.
 TEST_WORKERS ?= auto
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# The suite starts hundreds of interpreters (CLI runs, ranks, doc pages, the independent reader once per case);
+# with PYTHONDONTWRITEBYTECODE set (as on CI) each one would compile every module it imports from source, since
+# an editable install, unlike a wheel's, is not byte-compiled. Compiled once here instead (only what changed;
+# interpreters read these files whatever that variable says): decision 0023, "Bytecode".
+BYTECODE_DIRS := reference_impl/opencheckpoint conformance/independent_reader tests benchmarks docs/scripts fuzz
 
 test: $(STAMP)
 	@start=$$(date +%s); ts_log=$$(mktemp); \
+	$(PY) -m compileall -q -j 0 $(BYTECODE_DIRS) >/dev/null || exit 1; \
 	$(MAKE) --no-print-directory ts-test >$$ts_log 2>&1 & ts_pid=$$!; \
 	rc=0; $(PYTEST) --durations=15 || rc=$$?; \
 	ts_rc=0; wait $$ts_pid || ts_rc=$$?; \

@@ -47,6 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``long`` (the long form of a campaign whose bounded sample stays in ``make test``) are skipped,
     with the reason named, unless ``--long`` is given."""
     _keep_shared_fixtures_on_one_worker(items)
+    _costliest_first(items)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="long campaign: run by `make test-long` (pytest --long)")
@@ -75,3 +76,27 @@ def _keep_shared_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
             else:
                 continue
             break
+
+
+def _costliest_first(items: list[pytest.Item]) -> None:
+    """Order the work so that the costliest tests start first and the cheap ones fill the gaps at the end.
+
+    pytest-xdist hands each worker the next unit of work (a test, or a whole group: see above) in this order
+    (``make test`` passes ``--no-loadscope-reorder``, which would otherwise put the groups with the most tests
+    first). A test's cost is the ``seconds`` of its ``slow`` marker (a measured CPU estimate; unmarked tests
+    cost nothing), a group's the sum of its tests'; the sort is stable, so tests of equal cost keep their
+    collection order. Left in collection order, a single test of 80 s (mypy on a fresh clone) or a group of
+    90 s (the multi-host launches) met late kept one worker busy for minutes after the other had finished.
+    Only the order changes: which tests run, and the group each joins, do not.
+    """
+    def group(item: pytest.Item) -> str:
+        marker = item.get_closest_marker("xdist_group")
+        return str(marker.args[0]) if marker is not None and marker.args else item.nodeid
+
+    def cost(item: pytest.Item) -> float:
+        return max((float(m.kwargs.get("seconds", 0)) for m in item.iter_markers("slow")), default=0.0)
+
+    costs: dict[str, float] = {}
+    for item in items:
+        costs[group(item)] = costs.get(group(item), 0.0) + cost(item)
+    items.sort(key=lambda item: -costs[group(item)])

@@ -84,7 +84,11 @@ def run_shell(index: int, lines: list[str], environ: dict[str, str], directory: 
 
 
 def main() -> int:
-    blocks: list[tuple[int, str, Any]] = json.load(sys.stdin)
+    return run_page(json.load(sys.stdin))
+
+
+def run_page(blocks: list[tuple[int, str, Any]]) -> int:
+    """Run a page's blocks in order in this process and directory: 0, 1 (a block failed) or 3 (not standalone)."""
     for index, language, code in blocks:
         borrowed = sorted(borrowed_names(code)) if language == "python" else []
         if borrowed:

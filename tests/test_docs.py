@@ -36,6 +36,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow(seconds=15)  # the site's build (its module fixture: the group's cost)
 def test_mkdocs_builds_without_warnings(site: Path) -> None:
     assert (site / "index.html").exists()
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,6 +25,7 @@ def test_ruff_check_passes() -> None:
     assert done.returncode == 0, f"ruff check found problems:\n{done.stdout}{done.stderr}"
 
 
+@pytest.mark.slow(seconds=80)  # mypy --strict without a cache (a fresh clone): its longest single test
 def test_mypy_strict_passes_on_the_package() -> None:
     # No paths on the command line: mypy checks the ``files`` of [tool.mypy] (the whole package).
     done = _run("mypy", "--no-error-summary", "--show-error-codes")

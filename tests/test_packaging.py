@@ -85,7 +85,7 @@ def _build(tmp_path: Path) -> tuple[Path, Path]:
     return next(out.glob("*.whl")), next(out.glob("*.tar.gz"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=8)
 def test_an_installed_wheel_says_where_the_cases_are_and_the_sdist_has_them(tmp_path: Path) -> None:
     wheel, sdist = _build(tmp_path)
     with zipfile.ZipFile(wheel) as archive:

@@ -159,6 +159,7 @@ def test_processes_save_and_one_process_loads(tmp_path: Path, nproc: int) -> Non
         np.testing.assert_array_equal(np.asarray(restored["rows"]), full * 2)
 
 
+@pytest.mark.slow(seconds=8)  # jax.distributed processes
 def test_a_process_that_dies_means_nothing_is_published(tmp_path: Path) -> None:
     target = tmp_path / "ckpt"
     done = _launch(tmp_path, target, "die", 3)

@@ -132,6 +132,7 @@ def trained() -> TrainingState:
     return state
 
 
+@pytest.mark.slow(seconds=12)  # NNX training compiled
 def test_training_state_fields_as_components(tmp_path: Path, trained: TrainingState) -> None:
     def checkpoint(state: TrainingState) -> Checkpoint:
         return Checkpoint(networks=state.networks, optimizer=state.optimizer,

@@ -88,6 +88,7 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow(seconds=25)  # two JAX processes, each compiling the step
 def test_sigterm_stop_and_resume_is_bitwise_equal(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

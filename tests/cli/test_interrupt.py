@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,19 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a chi
 
 #: Runs of each case (the signal lands somewhere else in each).
 TRIES = 3
+
+
+@pytest.fixture(autouse=True)
+def _sigint_delivered_as_from_a_terminal() -> Iterator[None]:
+    """The commands here start with SIGINT's default action, as from an interactive shell, even when the suite
+    itself was started with SIGINT ignored (``make test &`` in a script): an ignored signal stays ignored
+    across ``exec``, and the command keeps it so (the last test), which is not what these tests are about."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python handler: reset to the default by exec
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _cli(*args: str, importtime: bool = False) -> subprocess.Popen[str]:
@@ -178,3 +192,57 @@ def test_an_answered_or_late_ctrl_c_keeps_the_commands_status(tmp_path: Path, sc
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # never the signal's death (-2)
     assert "Traceback" not in done.stderr
     assert done.stdout.startswith("opencheckpoint " if args == ["--version"] else str(tmp_path / "ckpt"))
+
+
+#: ``python -c`` source: the command line, whose command is interrupted inside an import that turns the
+#: KeyboardInterrupt into an ImportError, as NumPy's does when the signal lands while its C code imports
+#: ``datetime`` ("PyCapsule_Import could not import module"; seen in a full-suite run of the export case above).
+INTERRUPT_TURNED_INTO_IMPORT_ERROR = """
+import os, runpy, signal, sys, time
+import opencheckpoint.cli.main as cli_main
+
+def command(argv=None):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        raise ImportError('PyCapsule_Import could not import module "datetime"') from None
+    return 0
+
+cli_main.main = command
+sys.argv = ["opencheckpoint", "--version"]
+runpy.run_module("opencheckpoint", run_name="__main__")
+"""
+
+
+def test_an_interrupt_a_c_extension_turned_into_another_error_is_answered_as_the_interrupt() -> None:
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_TURNED_INTO_IMPORT_ERROR], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stderr.splitlines()) == (130, ["interrupted"]), done.stderr[-2000:]
+
+
+def test_an_error_without_an_interrupt_still_shows_its_traceback() -> None:
+    script = INTERRUPT_TURNED_INTO_IMPORT_ERROR.replace("os.kill(os.getpid(), signal.SIGINT)",
+                                                        "raise KeyboardInterrupt  # not a signal")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "ImportError: PyCapsule_Import" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_command_started_with_sigint_ignored_keeps_it_ignored(tmp_path: Path) -> None:
+    """A command started in the background of a script (``&``) or under ``nohup`` inherits SIGINT ignored: a
+    Ctrl-C meant for the foreground must not end it."""
+    script = ("import os, signal, sys\n"
+              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "os.execv(sys.executable, [sys.executable, '-m', 'opencheckpoint', *sys.argv[1:]])\n")
+    source = _saved(tmp_path, 8)
+    process = subprocess.Popen([sys.executable, "-c", script, "export", str(source), str(tmp_path / "m.safetensors")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    for _ in range(5):
+        if process.poll() is not None:
+            break
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    status, _, said = _finish(process)
+    assert (status, said) == (0, []), (status, said)
+    assert _whole(tmp_path / "m.safetensors")

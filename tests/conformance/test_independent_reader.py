@@ -20,6 +20,7 @@ def test_independent_reader_shares_no_code_with_the_reference() -> None:
         assert "import opencheckpoint" not in text and "from opencheckpoint" not in text, source
 
 
+@pytest.mark.slow(seconds=35)  # one reader process per case
 def test_independent_reader_passes_every_reader_case(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     done = subprocess.run(

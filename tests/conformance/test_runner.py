@@ -248,6 +248,7 @@ def test_capabilities_of_the_reference() -> None:
     assert caps["modes"] == ["read", "write"] and caps["skip"] == {}
 
 
+@pytest.mark.slow(seconds=12)  # a pytest run of every case
 def test_pytest_plugin_runs_one_test_per_case(tmp_path: Path) -> None:
     cases = tmp_path / "cases"
     for case_id in ("tree-none", "reject-tag-reserved", "archive-tree"):

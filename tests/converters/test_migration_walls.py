@@ -88,6 +88,7 @@ class _Tripwire:
         return (open, (str(self.path), "w"))
 
 
+@pytest.mark.slow(seconds=10)  # NNX and torch in one subprocess
 def test_nnx_ppo_step_layout_converts_and_loads_into_the_module(tmp_path: Path) -> None:
     ocp = pytest.importorskip("orbax.checkpoint")
     nnx = pytest.importorskip("flax.nnx")

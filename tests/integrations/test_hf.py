@@ -55,6 +55,7 @@ def test_killed_run_resumes_bit_exact(runs: Path, library: str) -> None:
     assert state, "the optimizer took steps"
 
 
+@pytest.mark.slow(seconds=25)  # the module's runs: Trainer and Accelerate processes
 def test_trainer_rotation_deletes_only_its_own_checkpoints(runs: Path) -> None:
     """save_total_limit=1 left the newest checkpoint and the user's look-alike folder, nothing else."""
     names = sorted(p.name for p in (runs / "trainer").iterdir() if not p.name.startswith("."))

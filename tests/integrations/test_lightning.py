@@ -120,6 +120,7 @@ def test_model_checkpoint_files_are_checkpoints_and_rotation_removed_only_its_ow
         assert path.is_file() and validate(path).ok  # the archive form: one file at the .ckpt path
 
 
+@pytest.mark.slow(seconds=9)  # Lightning processes killed and resumed
 def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(
         recorded_run: tuple[Path, RecordingIO], tmp_path: Path) -> None:
     """Killed in the second epoch (a process of its own, SIGKILLed), resumed with ``ckpt_path="last"`` in this

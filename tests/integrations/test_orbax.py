@@ -54,6 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "steps_when_killed": steps_when_killed}
 
 
+@pytest.mark.slow(seconds=30)  # the module's runs: JAX processes killed and resumed
 def test_a_killed_manager_run_resumes_bit_exact(runs: dict[str, Any]) -> None:
     root = runs["root"]
     assert runs["steps_when_killed"] == [2, 4]  # orbax's max_to_keep=2; step 4 was finalized before the kill

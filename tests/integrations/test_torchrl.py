@@ -51,6 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"full": full, "resumed": killed, "killed_at": latest_when_killed}
 
 
+@pytest.mark.slow(seconds=25)  # the module's runs: torchrl processes killed and resumed
 def test_a_killed_run_resumes_bit_exact(runs: dict[str, Path]) -> None:
     assert runs["killed_at"].name == f"checkpoint-{KILL_AT - torchrl_run.FRAMES_PER_BATCH:012d}"
     full, resumed = Rotation(runs["full"]).latest(), Rotation(runs["resumed"]).latest()

@@ -35,6 +35,7 @@ RUNS = ("import json, sys\nfrom opencheckpoint.examples.train import main\n"
         "for argv in json.loads(sys.argv[1]): main(argv)")
 
 
+@pytest.mark.slow(seconds=10)  # two torch processes
 def test_sigterm_then_resume_is_bitwise_identical(tmp_path: Path) -> None:
     interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
     stopped = train(interrupted, "--sigterm-at", str(SIGTERM_AT))

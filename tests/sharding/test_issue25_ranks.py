@@ -27,7 +27,7 @@ pytest.importorskip("torch.distributed.tensor")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-pytestmark = pytest.mark.slow  # each launch starts 2 rank processes (forked from a preloaded interpreter)
+pytestmark = pytest.mark.slow(seconds=3)  # 3 tests, 9 s: launches of 2 ranks (forked from a preloaded interpreter)
 
 import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: imports torch)
 

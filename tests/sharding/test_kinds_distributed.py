@@ -31,7 +31,7 @@ import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: impor
 
 from opencheckpoint import Checkpoint, read_component, validate  # noqa: E402
 
-pytestmark = pytest.mark.slow  # one launch of 2 rank processes (forked from a preloaded interpreter)
+pytestmark = pytest.mark.slow(seconds=2)  # 7 tests, 14 s: one launch of 2 ranks (forked from a preloaded interpreter)
 
 WORKER = Path(__file__).with_name("kinds_worker.py")
 #: Seconds the launch may take (process start, torch import and eight saves) on 2 busy cores.

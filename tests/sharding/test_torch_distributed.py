@@ -30,7 +30,7 @@ import rank_launch  # noqa: E402  (tests/sharding, on pytest's pythonpath: impor
 
 from opencheckpoint import Checkpoint, validate  # noqa: E402
 
-pytestmark = pytest.mark.slow  # each launch starts 2-4 Python processes importing torch
+pytestmark = pytest.mark.slow(seconds=3)  # 9 tests, 27 s: each launch starts 2-4 processes importing torch
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 #: Seconds a whole launch may take (process start and torch import included) on 2 busy cores.

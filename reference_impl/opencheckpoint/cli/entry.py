@@ -15,6 +15,12 @@
 * A Ctrl-C caught inside code built by ``exec`` (dataclasses, named tuples):
   :func:`_forget_caught_interrupt` keeps CPython from killing the process
   with SIGINT at exit for an interrupt that was caught and answered.
+* A Ctrl-C that a C extension turned into another exception: NumPy's import,
+  interrupted while it imports ``datetime`` from C, raises ``ImportError``
+  instead of ``KeyboardInterrupt``. :func:`run` installs a SIGINT handler
+  that notes the signal before raising ``KeyboardInterrupt`` as Python's own
+  does, and any exception that escapes the command after a noted SIGINT is
+  answered as the interrupt it came from.
 * After the command returned: Python restores the default action of SIGINT
   when it shuts down, and a shutdown can take a few hundred milliseconds
   (tearing down the modules of a large export). A Ctrl-C then
@@ -23,8 +29,12 @@
   done is done and the status says so. (The interpreter keeps an ignored
   signal ignored through its shutdown.)
 
+A command started with SIGINT ignored (in the background of a script, under
+``nohup``) keeps it ignored: :func:`run` installs its handler only in place of
+Python's default one.
+
 ``main()`` itself changes no signal handler: tests and scripts call it in
-their own process.
+their own process; :func:`run` owns the process, so it may.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ def run() -> NoReturn:
     """Run the command line on ``sys.argv`` and exit with its status (the console script's entry point)."""
     status: int | str | None
     os.environ.setdefault(*BLAS_THREADS)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored (nohup, &)
+        signal.signal(signal.SIGINT, _note_interrupt)
     try:
         try:
             from .main import main
@@ -58,8 +70,23 @@ def run() -> NoReturn:
     except KeyboardInterrupt:  # outside main()'s own handler: while importing, or as main() returned
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         status = interrupted()
+    except BaseException:
+        if not _interrupts:
+            raise
+        # The interrupt, turned into another exception by a C extension (an ImportError from NumPy's import).
+        status = interrupted()
     _forget_caught_interrupt()
     sys.exit(status)
+
+
+#: SIGINTs this process received while :func:`run` listened (one entry each).
+_interrupts: list[int] = []
+
+
+def _note_interrupt(signum: int, frame: object) -> None:
+    """Python's own SIGINT action (raise KeyboardInterrupt), noting first that the signal came."""
+    _interrupts.append(signum)
+    raise KeyboardInterrupt
 
 
 def _forget_caught_interrupt() -> None:
