@@ -10,5 +10,6 @@ instead of silently falling back (tests/perf/test_compiled_tree.py).
 from setuptools import Extension, setup
 
 _TREE = "reference_impl/opencheckpoint/tree"
-setup(ext_modules=[Extension("opencheckpoint.tree._ctree", [f"{_TREE}/_ctree.c", f"{_TREE}/_csave.c", f"{_TREE}/_cpack.c"],
-                             depends=[f"{_TREE}/_ctree.h"], optional=True, extra_compile_args=["-O2", "-std=c11"])])
+_SOURCES = [f"{_TREE}/_ctree.c", f"{_TREE}/_csave.c", f"{_TREE}/_cpack.c"]
+setup(ext_modules=[Extension("opencheckpoint.tree._ctree", _SOURCES, depends=[f"{_TREE}/_ctree.h"], optional=True,
+                             extra_compile_args=["-O2", "-std=c11"])])
