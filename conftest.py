@@ -18,6 +18,8 @@ moto S3 server (``tests/remote/s3_fixtures.py``).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,10 +31,25 @@ _DEVICES = "--xla_force_host_platform_device_count=8"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICES}".strip()
 
+# One JAX compilation cache for the whole run (JAX's own persistent cache, in a directory of this run's): the
+# same training steps are compiled in process after process (a killed run and its resumed run, the orbax and
+# multi-host processes, both xdist workers), about 3 s of CPU each time for a small NNX model. Every process
+# of the run inherits the variables (xdist's workers too: this file is read before they start); a cache the
+# caller set up is used as it is. The run that made the directory removes it (pytest_unconfigure).
+_JAX_CACHE_OWNED = ""
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _JAX_CACHE_OWNED = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="opencheckpoint-tests-jax-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # small steps are the common case
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False,
                      help="also run the long campaigns (tests marked `long`); `make test-long` passes it")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _JAX_CACHE_OWNED:
+        shutil.rmtree(_JAX_CACHE_OWNED, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
