@@ -54,15 +54,23 @@ export function rendererMemory(b) {
   return best;
 }
 
-/** Click the verification's cancel button from inside the page, in the turn the first percent above 0
- * shows: a click sent over the DevTools protocol after that could arrive once a fast verification had
- * already finished. */
-export async function cancelAtFirstPercent(page, timeout) {
-  await page.waitForFunction(() => {
-    const percent = document.querySelector("[data-testid=verify-percent]");
-    const cancel = document.querySelector("[data-testid=verify-cancel]");
-    if (!percent || !cancel || !(parseInt(percent.textContent, 10) > 0)) return false;
-    cancel.click();
-    return true;
-  }, { timeout, polling: "mutation" });
+/** Arrange for the verification's cancel button to be clicked from inside the page, in the turn the first
+ * percent above 0 shows; call it before the file is picked, then await what it returns. A click sent over the
+ * DevTools protocol after that could arrive once a fast verification had already finished; so could the
+ * watcher itself, were it installed after the pick (a loaded machine's round trip outlasted a whole
+ * verification once): the page's own MutationObserver is in place before anything starts. */
+export async function armCancelAtFirstPercent(page, timeout) {
+  await page.evaluate(() => {
+    window.__cancelled = false;
+    const observer = new MutationObserver(() => {
+      const percent = document.querySelector("[data-testid=verify-percent]");
+      const cancel = document.querySelector("[data-testid=verify-cancel]");
+      if (!percent || !cancel || !(parseInt(percent.textContent, 10) > 0)) return;
+      cancel.click();
+      window.__cancelled = true;
+      observer.disconnect();
+    });
+    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+  return () => page.waitForFunction(() => window.__cancelled === true, { timeout });
 }

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { cancelAtFirstPercent, launchChromium, rendererMemory, serveViewer } from "./harness.mjs";
+import { armCancelAtFirstPercent, launchChromium, rendererMemory, serveViewer } from "./harness.mjs";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const repo = resolve(here, "../../..");
@@ -104,8 +104,9 @@ test("verification shows its percent and can be cancelled; the structure stays",
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(url, { waitUntil: "load" });
+  const cancelled = await armCancelAtFirstPercent(page, TIMEOUT);
   await (await page.$("#pick-archive")).uploadFile(join(work, "big.zip"));
-  await cancelAtFirstPercent(page, TIMEOUT);
+  await cancelled();
   await page.waitForSelector("[data-testid=validation-status].cancelled", { timeout: TIMEOUT });
   const status = await page.$eval("[data-testid=validation-status]", (e) => e.textContent);
   const at = Number(/cancelled at (\d+)%/.exec(status)[1]);

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { cancelAtFirstPercent, launchChromium, rendererMemory as renderer, serveViewer } from "../harness.mjs";
+import { armCancelAtFirstPercent, launchChromium, rendererMemory as renderer, serveViewer } from "../harness.mjs";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const repo = resolve(here, "../../../..");
@@ -59,14 +59,16 @@ async function heapPeakDuring(page, work) {
   return peak;
 }
 
-async function open(b, file) {
+/** A new page with `file` picked; `beforePick(page)`, when given, runs between the page's load and the pick. */
+async function open(b, file, beforePick = async () => undefined) {
   const page = await b.newPage();
   await page.setViewport({ width: 1100, height: 1400 });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(url, { waitUntil: "load" });
+  const armed = await beforePick(page);
   await (await page.$("#pick-archive")).uploadFile(file);
-  return { page, errors };
+  return { page, errors, armed };
 }
 
 /** Verify an archive fully, then summarize its bias (a summary of a 256 MiB array takes a quarter of an hour
@@ -99,9 +101,9 @@ async function measure(name) {
 test(`a ${BIG_MIB} MiB archive: percent and cancel, layer groups, search, totals, one summary action`, { timeout: LONG }, async () => {
   const b = await launch();
   try {
-    const { page, errors } = await open(b, join(work, "big.zip"));
+    const { page, errors, armed } = await open(b, join(work, "big.zip"), (p) => armCancelAtFirstPercent(p, LONG));
     // The structure is on the page before the content pass ends; the pass shows its percent and stops on cancel.
-    await cancelAtFirstPercent(page, LONG);
+    await armed();
     await page.waitForSelector("[data-testid=validation-status].cancelled", { timeout: LONG });
     const status = await page.$eval("[data-testid=validation-status]", (e) => e.textContent);
     const at = Number(/cancelled at (\d+)%/.exec(status)[1]);
