@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 import opencheckpoint.container.directory as directory_module
+import opencheckpoint.read.opening as opening_module
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.container import publish
-from opencheckpoint.format.errors import CheckpointError, ConcurrentModification
+from opencheckpoint.format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
 
 
 def _state(generation: int) -> dict[str, Any]:
@@ -140,6 +141,36 @@ def test_two_saves_racing_on_a_missing_target_give_no_raw_os_error(tmp_path: Pat
     assert validate(target).ok
     assert read_component(target, "config") == {"generation": 7}
     assert not [p for p in tmp_path.iterdir() if p.name != "ckpt"]
+
+
+def test_a_checkpoint_that_came_and_went_unseen_between_two_looks_is_opened_on_the_second_attempt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two saves without an atomic exchange in quick succession: the reader finds the name empty (the first
+    save's R-PUB-6 window), then no old copy (the first save has finished and deleted it), then the name empty
+    again (the second save's window). Seen in a full-suite run of the race test below; R-RDR-13's retry."""
+    path = _save(tmp_path / "ckpt", 1)
+    hidden = tmp_path / "between-renames"
+    os.rename(path, hidden)  # a writer's window: the name is empty ...
+    (tmp_path / ".ckpt.oc-staging-12345-abcdef").mkdir()  # ... and the writer is at work beside it
+    looks: list[int] = []
+
+    def writer_between_looks(target: Path) -> list[Path]:
+        looks.append(1)
+        if len(looks) == 2:  # by the reader's second attempt the writer has renamed its checkpoint in
+            os.rename(hidden, path)
+        return []
+
+    monkeypatch.setattr(opening_module, "old_candidates", writer_between_looks)
+    assert read_component(path, "config") == {"generation": 1}
+    assert len(looks) == 2
+
+
+def test_a_first_save_in_progress_is_still_not_a_checkpoint(tmp_path: Path) -> None:
+    """The retry above never turns an empty name into another error: a name where nothing was ever published,
+    with a writer at work beside it, is NotACheckpoint (R-PUB-10), naming the writer."""
+    (tmp_path / ".ckpt.oc-staging-12345-abcdef").mkdir()
+    with pytest.raises(NotACheckpoint, match="another process is writing a checkpoint here"):
+        read_component(tmp_path / "ckpt", "config")
 
 
 _WRITER = textwrap.dedent("""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..container.base import Source, check_locatable, identity, old_candidates, writers_at
 from ..container.opener import open_source
-from ..format.errors import CheckpointError, ConcurrentModification
+from ..format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
 from ..rules import raise_if, required
 from ..rules.container import CON
@@ -127,7 +127,8 @@ def _open_consistent(
             error: CheckpointError = exc
         except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
             error = required(CON.check("R-CON-3", None, failure=exc, file=str(exc.filename or target)))
-        if identity(target) == before and not isinstance(error, ConcurrentModification):
+        if (identity(target) == before and not isinstance(error, ConcurrentModification)
+                and not (attempt == 0 and _replaced_unseen(target, error))):
             if issues is not None and found:
                 issues.extend(found)
             raise error
@@ -136,6 +137,16 @@ def _open_consistent(
                 f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
                 f"row; the last attempt failed with {error}", file=str(target)) from None
     raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
+
+
+def _replaced_unseen(target: Path, error: CheckpointError) -> bool:
+    """Whether a missing target may have come and gone during the attempt (R-RDR-13's "the R-PUB-6 window opened
+    or closed"): nothing at the name before and after, but a writer is at work beside it. A writer without an
+    atomic exchange (R-PUB-6) moves the old checkpoint aside, renames the new one in and deletes the old copy;
+    two such saves in quick succession can leave a reader finding the name empty, then no old copy, then the
+    name empty again, never having seen the checkpoint that stood there in between. The attempt is then made
+    once more; a name still empty then is reported as it is (a first save in progress: nothing to read yet)."""
+    return isinstance(error, NotACheckpoint) and not os.path.lexists(target) and bool(writers_at(target))
 
 
 #: Errors of one rule reported one by one by the inventory; the rest are counted in one more error,
