@@ -60,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     budget.LONG = bool(config.getoption("--long"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups given here (see below)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``long`` (the long form of a campaign whose bounded sample stays in ``make test``) are skipped,
     with the reason named, unless ``--long`` is given."""
@@ -76,7 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _keep_shared_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
     """``make test`` hands tests to the workers one by one (pytest-xdist ``--dist loadgroup``); a test that uses
     one of our module- or session-scoped fixtures (four ranks set up once, a conformance run, an S3 server)
-    joins the group of that fixture, so the fixture is built once, on one worker, not once per worker."""
+    joins the group of that fixture, so the fixture is built once, on one worker, not once per worker.
+    pytest-xdist's worker turns the ``xdist_group`` markers into the groups it schedules by in its own
+    ``pytest_collection_modifyitems``; ours runs first (``tryfirst``), or the markers came too late and every
+    such fixture was built on both workers (the multi-host launches twice: 2 x 43 s)."""
     root = str(Path(__file__).resolve().parent)
     for item in items:
         info = getattr(item, "_fixtureinfo", None)

@@ -4,6 +4,9 @@ else changes. ``make test`` relies on it to keep a long test from running alone 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -49,3 +52,19 @@ def test_the_costliest_tests_and_groups_start_first_and_equal_costs_keep_their_o
     ]
     _root_conftest()._costliest_first(items)  # stand-ins for pytest items (the module is untyped to mypy here)
     assert [item.nodeid for item in items] == ["e", "x1", "x2", "g", "c", "f", "a", "b", "d"]
+
+
+def test_tests_sharing_a_module_fixture_run_on_one_worker_and_build_it_once(tmp_path: Path) -> None:
+    """``make test``'s scheduling (pytest-xdist ``--dist loadgroup`` and the groups conftest.py gives): four tests
+    sharing a module fixture on two workers. With pytest 9.2 and pytest-xdist 3.8 the groups were silently
+    ignored (pytest-dev/pytest-xdist#1386): the fixture was built on both workers, the multi-host launches twice."""
+    record = tmp_path / "record.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+         "--no-loadscope-reorder", "-o", "addopts=", str(Path(__file__).with_name("xdist_group_probe.py"))],
+        cwd=ROOT, env={**os.environ, "OC_GROUP_PROBE_RECORD": str(record)}, capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    events = [line.split() for line in record.read_text().splitlines()]
+    assert [what for what, _ in events] == ["built", "ran", "ran", "ran", "ran"], events
+    assert len({worker for _, worker in events}) == 1, events  # all on the worker that built it
