@@ -34,6 +34,9 @@ from ..rules import raise_if, required
 from ..rules.tree import TREE
 from .ctree import compiled_pack
 from .datafile import DataFilePlan, Writable
+from .depth import ARRAY_NODE_DEPTH as _ARRAY_NODE_DEPTH
+from .depth import check_depth as _check_depth
+from .depth import wire_depth
 from .file_array import FileArray
 from .gc_pause import paused_gc
 from .nodes import INT_MAX, INT_MIN, DtypeValue, NamedTupleValue, PRNGKeyValue, Tag
@@ -99,24 +102,36 @@ class TreePlan:
 
     # -- planning ---------------------------------------------------------------
     def _node(self, value: Any, depth: int, path: str) -> Any:
-        """The msgpack-ready node of ``value``: plain leaves and arrays here, containers and the rest below."""
+        """The msgpack-ready node of ``value``: plain leaves and arrays here, containers and the rest below.
+
+        ``depth`` is that of the container holding ``value`` (0 for the root). Every msgpack array or map the
+        node adds counts toward R-LIM-10 (spec §8.8: tagged nodes and an array node's ``shape`` too), so a
+        value the reader would refuse as too deep is refused here, before anything is written.
+        """
         kind = type(value)
         if value is None or kind is bool or kind is str or kind is bytes:
             return value
         if kind is int:
-            return value if INT_MIN <= value <= INT_MAX else [_MARK[Tag.BIG_INT], _big_int(value, path)]
+            if INT_MIN <= value <= INT_MAX:
+                return value
+            _check_depth(depth + 1, path)  # [tag, magnitude]
+            return [_MARK[Tag.BIG_INT], _big_int(value, path)]
         if kind is float:
             return value
         if kind is np.ndarray:
+            _check_depth(depth + _ARRAY_NODE_DEPTH, path)
             return self._array(value, path)
         if isinstance(value, np.generic):
+            _check_depth(depth + 1, path)  # [tag, dtype, bytes]
             return self._scalar(value, path)
         if depth >= TREE_MAX_DEPTH and isinstance(value, (dict, list, tuple, Mapping)):
-            raise required(TREE.check("R-LIM-10", path, depth + 1))
+            _check_depth(depth + 1, path)
         container = self._container(value, depth, path)
         if container is not NOT_HANDLED:
             return container
-        return self._other(value, depth, path)
+        node = self._other(value, depth, path)
+        _check_depth(depth + wire_depth(node), path)  # rare kinds: measured on the node they made
+        return node
 
     def _container(self, value: Any, depth: int, path: str) -> Any:
         """The node of a dict, mapping, list or tuple (named or not); NOT_HANDLED for any other value."""
@@ -137,7 +152,8 @@ class TreePlan:
             names = value._fields  # type: ignore[attr-defined]  # a named tuple: checked just above
             type_name = value.type_name if isinstance(value, NamedTupleValue) else (
                 f"{type(value).__module__}.{type(value).__qualname__}")
-            body = {str(name): self._node(item, depth + 1, f"{path}.{name}")
+            _check_depth(depth + 2, path)  # [tag, type name, {fields}]: the fields' map is one level further in
+            body = {str(name): self._node(item, depth + 2, f"{path}.{name}")
                     for name, item in zip(names, value, strict=True)}
             return [_MARK[Tag.NAMED_TUPLE], type_name, body]
         if kind is not tuple and not _is_size(value):
@@ -220,15 +236,18 @@ class TreePlan:
 
     def _dict(self, value: Mapping[Any, Any], depth: int, path: str) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
-        if type(value) is dict and self.data.compiled_dict(value, _MARK_ARRAY, out):
+        # The runs below plan array nodes without _node: only where an array node fits under R-LIM-10.
+        runs = depth + 1 + _ARRAY_NODE_DEPTH <= TREE_MAX_DEPTH
+        if runs and type(value) is dict and self.data.compiled_dict(value, _MARK_ARRAY, out):
             return out  # a state dict of plain arrays, planned in one C call
-        if value and _ONLY_NDARRAY.issuperset(map(type, value.values())) and _ONLY_STR.issuperset(map(type, value)):
+        if (runs and value and _ONLY_NDARRAY.issuperset(map(type, value.values()))
+                and _ONLY_STR.issuperset(map(type, value))):
             self._array_run(list(value), list(value.values()), out, path)  # a state dict of arrays: one run
             return out
         keys: list[str] = []
         arrays: list[np.ndarray] = []  # the run of str-keyed arrays met last, planned together
         for key, item in value.items():
-            if type(key) is str and type(item) is np.ndarray:
+            if runs and type(key) is str and type(item) is np.ndarray:
                 keys.append(key)
                 arrays.append(item)
                 continue
