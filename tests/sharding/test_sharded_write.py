@@ -143,6 +143,26 @@ def test_an_error_on_one_rank_is_raised_on_every_rank_and_nothing_is_published(t
     assert sorted(os.listdir(tmp_path)) == ["c"]
 
 
+def test_a_rank_that_leaves_the_group_is_reported_by_the_others_naming_their_rank_and_the_target(
+        tmp_path: Path) -> None:
+    """A rank that dies mid-save breaks the group (gloo's sockets; the threads' barrier here): every other rank
+    raises CollectiveError saying which rank it is and which checkpoint it was saving, not the transport's
+    message alone; nothing is published."""
+    target = tmp_path / "c"
+
+    def task(group: ThreadRank) -> Path:
+        if group.rank == 1:
+            raise SystemExit("rank 1 dies")  # leaves without reporting: the others' next exchange breaks
+        return Checkpoint(state=_rank_state(group.rank, 3)).save(target, process_group=group)
+
+    results = ThreadWorld(3).run(task)
+    for rank in (0, 2):
+        assert isinstance(results[rank], CollectiveError), results
+        assert results[rank].file == str(target), results[rank]
+        assert str(results[rank]).startswith(f"CollectiveError: {target}: rank {rank} of 3: "), results[rank]
+    assert not target.exists()
+
+
 def test_a_refused_target_is_reported_on_every_rank(tmp_path: Path) -> None:
     target = tmp_path / "mine"
     target.mkdir()

@@ -74,8 +74,19 @@ def save_collective(target: Path | FsPath, planned: SavePlan | None, collective:
     """Save on every rank of ``collective`` (each rank calls it); publish ``target`` once, or raise everywhere.
 
     ``planned``: this rank's plan (:func:`.stages.plan`), or None with the ``failure`` that stopped it; a rank
-    whose plan's agreement differs from the coordinator's is refused like one saving to another path.
+    whose plan's agreement differs from the coordinator's is refused like one saving to another path. A broken
+    group (:class:`CollectiveError`: a rank died or stalled) is reported naming this rank and the target.
     """
+    try:
+        _save_collective(target, planned, collective, failure)
+    except CollectiveError as exc:
+        if not exc.message.startswith("rank "):
+            exc.message = f"rank {collective.rank} of {collective.world_size}: {exc.message}"
+        raise exc.at(file=str(target)) from exc.__cause__
+
+
+def _save_collective(target: Path | FsPath, planned: SavePlan | None, collective: Collective,
+                     failure: BaseException | None) -> None:
     rank = collective.rank
     upload: RankUpload | None = None
     outcome: dict[str, Any] | None = None
