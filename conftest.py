@@ -47,6 +47,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the long campaigns (tests marked `long`); `make test-long` passes it")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collection imports every module of the test paths (``--doctest-modules``): one that set ``XLA_FLAGS`` at
+    import (a worker script's device count) would leave this process's JAX with other devices than above, and
+    the tests needing 8 would skip silently, depending on what was collected first."""
+    if _DEVICES not in os.environ.get("XLA_FLAGS", ""):
+        raise pytest.UsageError(f"a module imported during collection changed XLA_FLAGS to "
+                                f"{os.environ.get('XLA_FLAGS')!r}: set it under `if __name__ == '__main__':`")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _JAX_CACHE_OWNED:
         shutil.rmtree(_JAX_CACHE_OWNED, ignore_errors=True)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+if __name__ == "__main__":  # not when pytest's doctest collection imports this file: its own process keeps 8
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 
 import json
 import tempfile
