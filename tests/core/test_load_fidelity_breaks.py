@@ -64,6 +64,22 @@ def test_lone_surrogate_in_json_component_is_unsupported_value(tmp_path: Path) -
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("value", "field"), [
+    ({"a\ud800": np.ones(2)}, "$.a\\ud800"),  # a key of a state dict of arrays (planned in one C call)
+    ({"w": np.ones(2), "s": "x\ud800"}, "$.s"),
+    ({"w": np.ones(2), "l": [1, {"k\udfff": 2}]}, "$.l[1].k\\udfff"),
+], ids=["array-key", "str-value", "nested-key"])
+def test_lone_surrogate_in_a_tree_is_refused_naming_where(tmp_path: Path, value: dict[str, object],
+                                                          field: str) -> None:
+    """R-TREE-9 at save names the tree path of the string (msgpack's own error says only what is wrong), with
+    the unencodable character escaped so the message prints; nothing is left at the target."""
+    with pytest.raises(UnsupportedValue, match="R-TREE-9") as caught:
+        Checkpoint(m=value).save(tmp_path / "c")
+    assert caught.value.field == field
+    str(caught.value).encode("utf-8")  # printable
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_containers_take_live_types_without_any_tensor(tmp_path: Path) -> None:
     Checkpoint(v={"n": NT(1, 2), "o": collections.OrderedDict(b=1, a=2), "w": np.ones(2)}).save(tmp_path / "c")
     live = {"n": NT(0, 0), "o": collections.OrderedDict(b=0, a=0), "w": np.zeros(2)}

@@ -51,7 +51,7 @@ from .refusals import big_endian as _big_endian
 from .refusals import lost_attributes as _lost_attributes
 from .refusals import lost_subclass as _lost_subclass
 from .refusals import plain_array as _plain_array
-from .refusals import refuse
+from .refusals import refuse, unencodable_path
 from .shard_plan import ShardedValue, ShardPlan, check_cover
 from .wire import big_int_bytes
 
@@ -376,7 +376,8 @@ class TreePlan:
         try:
             return msgpack.packb(self.root, use_bin_type=True, strict_types=False)  # type: ignore[no-any-return]
         except UnicodeEncodeError as exc:
-            raise required(TREE.check("R-TREE-9", None, exc, reported_as=UnsupportedValue)) from None
+            raise required(TREE.check("R-TREE-9", unencodable_path(self.root), exc,
+                                      reported_as=UnsupportedValue)) from None
 
 
 def _refusal(value: Any, path: str) -> UnsupportedValue:

@@ -92,3 +92,40 @@ def lost_attributes(value: Any, attributes: list[str], path: str) -> Unsupported
 
 
 __all__ = ["big_endian", "lost_attributes", "lost_subclass", "plain_array"]
+
+
+def unencodable_path(node: Any, path: str = "$") -> str | None:
+    """The tree path of the first str (a map key or a value) of a planned document that UTF-8 cannot encode (a
+    lone surrogate), for the R-TREE-9 refusal that ``msgpack`` raised without saying where; None if none is.
+    Keys are shown with their unencodable characters escaped, so the message itself can be printed.
+
+    >>> unencodable_path({"w": [1, "ok"], "bad\\udc80": 2})
+    '$.bad\\\\udc80'
+    >>> unencodable_path({"w": [1, "x\\ud800"]}), unencodable_path({"w": "fine"})
+    ('$.w[1]', None)
+    """
+    if isinstance(node, str):
+        return None if _encodable(node) else path
+    if isinstance(node, dict):
+        for key, value in node.items():
+            shown = key.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(key, str) else key
+            child = f"{path}.{shown}" if isinstance(key, str) else f"{path}[{key}]"
+            if isinstance(key, str) and not _encodable(key):
+                return child
+            found = unencodable_path(value, child)
+            if found is not None:
+                return found
+    elif isinstance(node, (list, tuple)):
+        for index, item in enumerate(node):
+            found = unencodable_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
