@@ -9,11 +9,14 @@ replaced under it; two saves racing on a missing target never leak a raw
 
 from __future__ import annotations
 
+import functools
 import os
+import random
+import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,31 +146,61 @@ def test_two_saves_racing_on_a_missing_target_give_no_raw_os_error(tmp_path: Pat
     assert not [p for p in tmp_path.iterdir() if p.name != "ckpt"]
 
 
-def test_a_checkpoint_that_came_and_went_unseen_between_two_looks_is_opened_on_the_second_attempt(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two saves without an atomic exchange in quick succession: the reader finds the name empty (the first
-    save's R-PUB-6 window), then no old copy (the first save has finished and deleted it), then the name empty
-    again (the second save's window). Seen in a full-suite run of the race test below; R-RDR-13's retry."""
-    path = _save(tmp_path / "ckpt", 1)
-    hidden = tmp_path / "between-renames"
-    os.rename(path, hidden)  # a writer's window: the name is empty ...
-    (tmp_path / ".ckpt.oc-staging-12345-abcdef").mkdir()  # ... and the writer is at work beside it
-    looks: list[int] = []
+def _rename_aside_saves(path: Path, generations: range) -> list[Callable[[], None]]:
+    """The file-system steps of saves without an atomic exchange (R-PUB-6), one callable per step: move the
+    checkpoint aside, rename the staged one in, delete the old copy. The staged checkpoints are written now."""
+    steps: list[Callable[[], None]] = []
+    for generation in generations:
+        staged = path.parent / f".{path.name}.oc-staging-{generation}-abcdefgh"
+        _save(path.parent / f"staged-{generation}", generation).rename(staged)
+        old = path.parent / f".{path.name}.oc-old-{generation}-abcdefgh"
+        steps += [functools.partial(os.rename, path, old), functools.partial(os.rename, staged, path),
+                  functools.partial(shutil.rmtree, old)]
+    return steps
 
-    def writer_between_looks(target: Path) -> list[Path]:
-        looks.append(1)
-        if len(looks) == 2:  # by the reader's second attempt the writer has renamed its checkpoint in
-            os.rename(hidden, path)
-        return []
 
-    monkeypatch.setattr(opening_module, "old_candidates", writer_between_looks)
-    assert read_component(path, "config") == {"generation": 1}
-    assert len(looks) == 2
+@pytest.mark.parametrize("seed", range(6))
+def test_a_reader_interleaved_with_rename_aside_saves_sees_a_whole_checkpoint_or_a_named_race(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Six saves moving the checkpoint aside run 0-3 steps (drawn from ``seed``) every time the reader looks at
+    the name or its directory, from each of the first 12 steps: each read, validate or lazy read gets one
+    generation, whole, or ConcurrentModification; never NotACheckpoint (once read as "nothing here": a name
+    emptied twice between two looks, or found, then moved aside again before it was opened; §12.6)."""
+    path = tmp_path / "ckpt"
+    pending: list[Callable[[], None]] = []
+    strides = random.Random(seed)
+
+    def writer_runs(look: Callable[..., Any]) -> Callable[..., Any]:
+        def looking(target: Any, *rest: Any) -> Any:
+            if Path(target) == path:
+                for _ in range(min(strides.randint(0, 3), len(pending))):
+                    pending.pop(0)()
+            return look(target, *rest)
+        return looking
+
+    for name in ("identity", "look_beside", "check_locatable"):
+        monkeypatch.setattr(opening_module, name, writer_runs(getattr(opening_module, name)))
+    monkeypatch.setattr(os.path, "exists", writer_runs(os.path.exists))
+    outcomes: dict[str, int] = {}
+    served_aside = 0
+    for start in range(12):
+        for entry in tmp_path.iterdir():
+            shutil.rmtree(entry)
+        _save(path, 1)
+        pending[:] = _rename_aside_saves(path, range(2, 8))
+        for step in pending[:start]:
+            step()
+        del pending[:start]
+        served_aside += not os.path.lexists(path)
+        outcome = _read_once(path, ("read", "validate", "lazy")[start % 3])
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert set(outcomes) <= {"whole", "ConcurrentModification"}, outcomes
+    assert outcomes.get("whole", 0) >= 5 and served_aside >= 3, (outcomes, served_aside)
 
 
 def test_a_first_save_in_progress_is_still_not_a_checkpoint(tmp_path: Path) -> None:
-    """The retry above never turns an empty name into another error: a name where nothing was ever published,
-    with a writer at work beside it, is NotACheckpoint (R-PUB-10), naming the writer."""
+    """A name where nothing was ever published, with a writer at work beside it, is NotACheckpoint (R-PUB-10),
+    naming the writer: the reader's one listing shows neither the name nor an old copy."""
     (tmp_path / ".ckpt.oc-staging-12345-abcdef").mkdir()
     with pytest.raises(NotACheckpoint, match="another process is writing a checkpoint here"):
         read_component(tmp_path / "ckpt", "config")

@@ -2,7 +2,7 @@
 
 A :class:`Source` reads ``manifest.json`` (steps 2-3 of §15), lists every entry
 of the container (step 10) and reads or memory-maps one file at a time.
-:func:`old_candidates` and :func:`check_locatable` serve step 1 (what a path names, and the
+:func:`look_beside` and :func:`check_locatable` serve step 1 (what a path names, and the
 ``.NAME.oc-old-*`` fallback of a checkpoint caught in the middle of a non-atomic replace);
 :mod:`.opener` picks the form. This module imports neither form, so the forms import it one way.
 
@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import abc
+import dataclasses
 import mmap
 import os
 import stat
@@ -242,12 +243,43 @@ def is_staging_name(path: Path) -> bool:
 
 def old_candidates(target: Path) -> list[Path]:
     """Entries ``.NAME.oc-old-<suffix>`` (suffix non-empty) next to ``target`` (R-PUB-13)."""
-    prefix = f".{target.name}{OLD_MARK}"
+    return list(look_beside(target).old_copies)
+
+
+@dataclasses.dataclass(frozen=True)
+class Beside:
+    """What one listing of a checkpoint's directory showed at and beside its name.
+
+    ``present``: an entry at the name itself; ``old_copies``: ``.NAME.oc-old-*`` entries (R-PUB-13),
+    ``writers``: names of ``.NAME.oc-staging-*`` entries (saves that may be in progress).
+    """
+
+    present: bool
+    old_copies: tuple[Path, ...]
+    writers: tuple[str, ...]
+
+
+def look_beside(target: Path) -> Beside:
+    """One look at the name ``target`` and the entries beside it, taken from a single directory listing.
+
+    A writer without an atomic exchange (R-PUB-6) keeps either the name or its ``.NAME.oc-old-*`` copy in
+    place at every instant; a reader that looked at the name and then, separately, for the copy could see
+    neither (two saves between its looks). One listing is one instant on Linux for a directory that fits one
+    ``getdents`` call (hundreds of entries: the directory's lock excludes renames meanwhile), so "neither"
+    here means nothing was published then; beyond that the caller's retry (R-RDR-13) covers the window.
+
+    >>> look_beside(Path("/nonexistent-dir/step-1"))
+    Beside(present=False, old_copies=(), writers=())
+    """
     try:
         names = os.listdir(target.parent)
     except OSError:
-        return []
-    return sorted(target.parent / n for n in names if n.startswith(prefix) and len(n) > len(prefix))
+        names = []
+    old, staging = f".{target.name}{OLD_MARK}", f".{target.name}{STAGING_MARK}"
+    return Beside(present=target.name in names,
+                  old_copies=tuple(sorted(target.parent / n for n in names
+                                          if n.startswith(old) and len(n) > len(old))),
+                  writers=tuple(sorted(n for n in names if n.startswith(staging))))
 
 
 def identity(path: Path) -> tuple[int, int, int] | None:
@@ -261,15 +293,6 @@ def identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return info.st_dev, info.st_ino, info.st_ctime_ns
-
-
-def writers_at(target: Path) -> list[str]:
-    """Names of ``.NAME.oc-staging-*`` entries beside ``target``: saves that may be in progress."""
-    prefix = f".{target.name}{STAGING_MARK}"
-    try:
-        return sorted(n for n in os.listdir(target.parent) if n.startswith(prefix))
-    except OSError:
-        return []
 
 
 def check_locatable(target: Path) -> None:

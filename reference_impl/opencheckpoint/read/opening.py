@@ -13,9 +13,9 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from ..container.base import Source, check_locatable, identity, old_candidates, writers_at
+from ..container.base import Source, check_locatable, identity, look_beside
 from ..container.opener import open_source
-from ..format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
+from ..format.errors import CheckpointError, ConcurrentModification
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
 from ..rules import raise_if, required
 from ..rules.container import CON
@@ -98,9 +98,34 @@ def _open_once(
     defer: bool = False,
 ) -> tuple[Path, Source, ParsedManifest]:
     """Steps 1-11 once: the target if it exists, else the R-PUB-13 fallback."""
-    if os.path.exists(target):
+    if not os.path.exists(target):
+        return _open_fallback(target, understood)
+    return _open_found(target, understood, issues, check_files, defer)
+
+
+def _open_found(
+    target: Path,
+    understood: Understood,
+    issues: list[CheckpointError] | None,
+    check_files: bool = True,
+    defer: bool = False,
+) -> tuple[Path, Source, ParsedManifest]:
+    """Steps 1-11 for a name just found present. A failure after which the name is gone is a race, whatever
+    it resolved to before the attempt (a writer may have renamed in and moved aside again in between):
+    :class:`ConcurrentModification`, which :func:`_open_consistent` retries."""
+    try:
         return (target, *_open_at(target, understood, issues, check_files, defer))
-    return _open_fallback(target, understood)
+    except (CheckpointError, OSError) as exc:
+        if isinstance(exc, ConcurrentModification) or os.path.lexists(target):
+            raise
+        raise replaced_while_opening(target, f"another process moved the checkpoint away while it was being "
+                                     f"opened ({exc})") from None
+
+
+def replaced_while_opening(target: Path, how: str) -> CheckpointError:
+    """R-RDR-13: opening failed because another process replaced the checkpoint meanwhile (a race, not a
+    defect of the file): retried once by :func:`_open_consistent`, reported as it is after that."""
+    return CON.error("R-RDR-13", how, file=str(target))
 
 
 def _open_consistent(
@@ -127,26 +152,15 @@ def _open_consistent(
             error: CheckpointError = exc
         except OSError as exc:  # an unforeseen race still never escapes as a raw OSError
             error = required(CON.check("R-CON-3", None, failure=exc, file=str(exc.filename or target)))
-        if (identity(target) == before and not isinstance(error, ConcurrentModification)
-                and not (attempt == 0 and _replaced_unseen(target, error))):
+        if identity(target) == before and not isinstance(error, ConcurrentModification):
             if issues is not None and found:
                 issues.extend(found)
             raise error
         if attempt:
-            raise CON.error("R-RDR-13",
-                f"another process replaced or is writing the checkpoint while it was being opened, twice in a "
-                f"row; the last attempt failed with {error}", file=str(target)) from None
+            raise replaced_while_opening(target, f"another process replaced or is writing the checkpoint while it "
+                                         f"was being opened, twice in a row; the last attempt failed with {error}"
+                                         ) from None
     raise AssertionError("unreachable")  # pragma: no cover  (the loop returns or raises)
-
-
-def _replaced_unseen(target: Path, error: CheckpointError) -> bool:
-    """Whether a missing target may have come and gone during the attempt (R-RDR-13's "the R-PUB-6 window opened
-    or closed"): nothing at the name before and after, but a writer is at work beside it. A writer without an
-    atomic exchange (R-PUB-6) moves the old checkpoint aside, renames the new one in and deletes the old copy;
-    two such saves in quick succession can leave a reader finding the name empty, then no old copy, then the
-    name empty again, never having seen the checkpoint that stood there in between. The attempt is then made
-    once more; a name still empty then is reported as it is (a first save in progress: nothing to read yet)."""
-    return isinstance(error, NotACheckpoint) and not os.path.lexists(target) and bool(writers_at(target))
 
 
 #: Errors of one rule reported one by one by the inventory; the rest are counted in one more error,
@@ -195,10 +209,23 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
 def _open_fallback(
     target: Path, understood: Understood
 ) -> tuple[Path, Source, ParsedManifest]:
-    """R-PUB-13 / R-PUB-14: read the one ``.NAME.oc-old-*`` entry that opens cleanly."""
-    candidates = old_candidates(target)
+    """R-PUB-13 / R-PUB-14: read the one ``.NAME.oc-old-*`` entry that opens cleanly.
+
+    The name was empty a moment ago. What stands at and beside it is taken from one directory listing
+    (:func:`look_beside`): a writer moving a checkpoint aside keeps the name or its old copy in place at every
+    instant, so a listing with neither means nothing was published then (R-PUB-10), never that two saves
+    passed between two looks. If no old copy opens and a second listing differs from the first, a writer
+    replaced the checkpoint meanwhile (its old copy deleted as it was read): :class:`ConcurrentModification`,
+    which :func:`_open_consistent` retries (R-RDR-13).
+    """
+    first = look_beside(target)
+    if first.present:  # the replacement completed since the name was looked at
+        return _open_found(target, understood, None)
+    if not first.old_copies:
+        hint = f" (another process is writing a checkpoint here: {first.writers[0]})" if first.writers else ""
+        raise required(CON.check("R-PUB-10", None, False, f"no such file or directory{hint}", file=str(target)))
     opened: list[tuple[Path, Source, ParsedManifest]] = []
-    for candidate in candidates:
+    for candidate in first.old_copies:
         try:
             opened.append((candidate, *_open_at(candidate, understood, None)))
         except CheckpointError:
@@ -207,11 +234,11 @@ def _open_fallback(
         return opened[0]
     for _, source, _ in opened:
         source.close()
-    if os.path.exists(target):  # the replacement may have completed in between
-        return (target, *_open_at(target, understood, None))
-    if not candidates:
-        writers = writers_at(target)
-        hint = f" (another process is writing a checkpoint here: {writers[0]})" if writers else ""
-        raise required(CON.check("R-PUB-10", None, False, f"no such file or directory{hint}", file=str(target)))
-    raise CON.error("R-PUB-14", f"the path does not exist and {len(opened)} of {len(candidates)} "
+    second = look_beside(target)
+    if second.present:
+        return _open_found(target, understood, None)
+    if second.old_copies != first.old_copies:
+        raise replaced_while_opening(target, "another process moved the checkpoint aside and replaced it while it "
+                                     "was being opened")
+    raise CON.error("R-PUB-14", f"the path does not exist and {len(opened)} of {len(first.old_copies)} "
                     f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target))
