@@ -27,6 +27,7 @@ import opencheckpoint.container.directory as directory_module
 import opencheckpoint.read.opening as opening_module
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.container import publish
+from opencheckpoint.container.debris import release, working_path
 from opencheckpoint.format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
 
 
@@ -329,3 +330,49 @@ def test_inspect_describes_the_checkpoint_it_opened_when_replaced_meanwhile(
     summary = inspect_module.describe(path)
     assert summary["ok"], summary["errors"]
     assert {tuple(a["shape"]) for a in summary["components"]["model"]["arrays"]} == {(257,)}
+
+
+def test_a_rename_aside_save_leaves_another_live_writers_old_copy_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer moves the checkpoint aside after this save saw the name present: its old copy is the only
+    copy of the checkpoint (R-PUB-13) and its writer runs, so this save reports the race and deletes nothing
+    (R-PUB-17, R-PUB-18). It used to delete every old copy: the checkpoint was lost and readers got NotACheckpoint."""
+    monkeypatch.setattr(publish, "USE_EXCHANGE", False)
+    target = _save(tmp_path / "ckpt", 1)
+    others_old = working_path(target, "old")  # named and held as in use by a running writer
+    listing = publish._old_copies
+
+    def other_writer_moves_it_aside_first(name: Path) -> list[Path]:
+        if os.path.lexists(target):
+            os.rename(target, others_old)
+        return listing(name)
+
+    monkeypatch.setattr(publish, "_old_copies", other_writer_moves_it_aside_first)
+    try:
+        with pytest.raises(ConcurrentModification) as caught:
+            _save(target, 2)
+        assert read_component(target, "config") == {"generation": 1}  # served from the other writer's copy
+        assert "another process is publishing" in caught.value.message
+    finally:
+        release(others_old)
+
+
+def test_a_rename_aside_save_that_loses_the_final_rename_keeps_no_old_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer publishes at the name this save moved aside: this save reports the race and drops its
+    superseded old copy, which would otherwise outlive it (and stop other writers, above)."""
+    monkeypatch.setattr(publish, "USE_EXCHANGE", False)
+    target = _save(tmp_path / "ckpt", 1)
+    fired: list[str] = []
+
+    def other_writer_publishes_in_the_window(operation: str) -> None:
+        if operation == "rename" and not os.path.lexists(target) and not fired:
+            fired.append(operation)
+            _save(target, 7)
+
+    monkeypatch.setattr(publish, "FAULT_HOOK", other_writer_publishes_in_the_window)
+    with pytest.raises(ConcurrentModification, match="another process published or is publishing"):
+        _save(target, 2)
+    assert fired == ["rename"]
+    assert read_component(target, "config") == {"generation": 7}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

@@ -289,8 +289,7 @@ def _publish_new(staged: Path, target: Path) -> None:
 
 def _publish_aside(staged: Path, target: Path, *, durable: bool) -> None:
     """Without an atomic exchange: move the previous checkpoint aside, rename the new one in, delete the old."""
-    for previous in _old_copies(target):  # R-PUB-6: at most one old copy may ever exist
-        remove_tree(previous)
+    _remove_ended_old_copies(target)
     old = working_path(target, "old")
     try:
         fault_point("rename-old")
@@ -301,9 +300,40 @@ def _publish_aside(staged: Path, target: Path, *, durable: bool) -> None:
             os.rename(old, target)
             raise
         fault_point("rename")
-        os.rename(staged, target)
+        try:
+            os.rename(staged, target)
+        except OSError:
+            _settle_old_copy(old, target)
+            raise
         if durable:
             fsync_directory(target.parent)
         remove_tree(old)
     finally:
         release(old)
+
+
+def _remove_ended_old_copies(target: Path) -> None:
+    """R-PUB-6's first step: delete the old copies that ended writers left (at most one may ever exist).
+
+    An old copy of a writer still running is that writer's, between its two renames or about to delete it
+    (R-PUB-17, R-PUB-18): the name may already be missing, and that copy the only one of the checkpoint. It is
+    left alone, and this save reports the race instead of publishing beside it.
+    """
+    for previous in _old_copies(target):
+        entry = parse(previous)
+        if entry is None or not removable(entry):
+            raise ConcurrentModification(
+                "another process is publishing a checkpoint at this path (its previous checkpoint is moved aside "
+                f"as {previous.name!r}); this save published nothing; save again to replace it", file=str(target))
+        remove_tree(previous)
+
+
+def _settle_old_copy(old: Path, target: Path) -> None:
+    """After a failed final rename: drop the copy moved aside if another writer's checkpoint now holds the name,
+    else put it back, so no copy of this writer outlives its save (it would stop every other writer, above)."""
+    if os.path.lexists(target):
+        if not_a_checkpoint_reason(target) is None:
+            remove_tree(old)
+        return
+    with contextlib.suppress(OSError):
+        os.rename(old, target)
