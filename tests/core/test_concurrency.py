@@ -29,6 +29,7 @@ from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.container import publish
 from opencheckpoint.container.debris import release, working_path
 from opencheckpoint.format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
+from opencheckpoint.format.strict_json import parse_ijson
 
 
 def _state(generation: int) -> dict[str, Any]:
@@ -376,3 +377,32 @@ def test_a_rename_aside_save_that_loses_the_final_rename_keeps_no_old_copy(
     assert fired == ["rename"]
     assert read_component(target, "config") == {"generation": 7}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_save_checking_a_target_another_writer_replaces_reports_the_race(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
+    """R-PUB-16's check lists the target while another writer replaces it and deletes the old folder: what it
+    finds half deleted was a checkpoint, so the save reports ConcurrentModification, not TargetExists ("not a
+    file a checkpoint can hold"; two writers in a loop met this about once in 100 saves)."""
+    import opencheckpoint.container.target as target_module
+
+    target = _save(tmp_path / "ckpt", 1)
+    state = {"armed": False, "fired": False}
+
+    def manifest_read(*args: Any, **kwargs: Any) -> Any:
+        state["armed"] = not state["fired"]
+        return parse_ijson(*args, **kwargs)
+
+    def listing_entry(entry: os.DirEntry[str]) -> str:
+        if state["armed"] and not state["fired"]:
+            state["fired"] = True
+            _save(target, 7)  # the other writer, between this check's manifest read and its listing
+        return entry_kind(entry)
+
+    entry_kind = directory_module._entry_kind
+    monkeypatch.setattr(target_module, "parse_ijson", manifest_read)
+    monkeypatch.setattr(directory_module, "_entry_kind", listing_entry)
+    with pytest.raises(ConcurrentModification, match="replaced or is replacing the checkpoint"):
+        _save(target, 2)
+    assert state["fired"]
+    assert read_component(target, "config") == {"generation": 7}

@@ -30,7 +30,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ..format.errors import CheckpointError
+from ..format.errors import CheckpointError, ConcurrentModification
 from ..format.manifest import MANIFEST_NAME
 from ..format.names import FORMAT_NAME
 from ..format.strict_json import parse_ijson
@@ -128,7 +128,14 @@ def _refusal(target: Path, overwrite: bool) -> str | None:
         return None
     if is_empty_directory(target):
         return None
+    before = _identity(target)
     reason = not_a_checkpoint_reason(target)
+    if reason is not None and (before is None or _identity(target) != before):
+        # Another writer replaced (and is deleting) what was looked at: that half-deleted folder, or the name
+        # found empty, says nothing about what stands there (a checkpoint, before and after).
+        raise ConcurrentModification(
+            "another process replaced or is replacing the checkpoint at this path while this save checked it "
+            f"({reason}); this save published nothing; save again to replace it", file=str(target))
     if reason is None and not overwrite:
         return "a checkpoint exists here and overwrite=False"
     return reason
@@ -149,6 +156,15 @@ def _ancestors_refusal(target: Path) -> str | None:
             return (f"it is inside the checkpoint {str(ancestor)!r}, which would then hold a file its "
                     f"{MANIFEST_NAME} does not list")
     return None
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What stands at ``path`` (device, inode, status change time: a rename changes it), None where nothing."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
 def is_empty_directory(path: Path) -> bool:
