@@ -35,6 +35,9 @@ FAULT_HOOK: Callable[[str], None] | None = None
 
 _OLD_MARK = ".oc-old-"
 
+#: What ``rename(2)`` answers when the new name holds something it will not replace.
+_SOMETHING_THERE = frozenset({errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR})
+
 
 def fault_point(operation: str) -> None:
     """Give an injected fault the chance to fire before ``operation``."""
@@ -198,7 +201,7 @@ def _appeared(target: Path, exc: OSError) -> CheckpointError:
     Another writer's checkpoint: the two saves raced (R-RDR-14's writer side), and saving again replaces it.
     Anything else: the target is not this library's to replace (R-PUB-16).
     """
-    if os.path.lexists(target) and not_a_checkpoint_reason(target) is None:
+    if not os.path.lexists(target) or not_a_checkpoint_reason(target) is None:  # gone again: a writer's too
         return ConcurrentModification(
             "another process published or is publishing a checkpoint at this path while this save was writing "
             f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))
@@ -302,8 +305,10 @@ def _publish_aside(staged: Path, target: Path, *, durable: bool) -> None:
         fault_point("rename")
         try:
             os.rename(staged, target)
-        except OSError:
+        except OSError as exc:
             _settle_old_copy(old, target)
+            if exc.errno in _SOMETHING_THERE:  # another writer published at the name this save emptied
+                raise _appeared(target, exc) from None
             raise
         if durable:
             fsync_directory(target.parent)
