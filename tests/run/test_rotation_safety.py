@@ -158,3 +158,29 @@ def test_the_mark_is_recorded_in_the_manifest_metadata(tmp_path: Path) -> None:
     (entry,) = rotation.entries()
     assert entry.owned and entry.sequence == 1 and entry.path == path
     assert Rotation(tmp_path, prefix="policy").entries()[0].owned  # recognised by a new process too
+
+
+def test_the_latest_is_found_while_the_run_prunes_every_name_a_listing_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader resolving the run's latest checkpoint while the run saves two more (each pruning beyond
+    keep_last=2) before the scan opens the names it listed: two checkpoints stood there at every instant, so
+    the answer is the newest, not "neither a checkpoint nor a run directory" (NotACheckpoint)."""
+    import opencheckpoint.run.rotation as rotation_module
+    from opencheckpoint.run import resolve_checkpoint_path
+
+    writer = Rotation(tmp_path, keep_last=2)
+    for step in (1, 2):
+        writer.save(Checkpoint(weights={"w": np.full(2, step)}, durable=False), step)
+    opened = rotation_module.CheckpointReader
+    ran: list[int] = []
+
+    def the_run_saves_twice_first(path: object, *args: object, **kwargs: object) -> object:
+        if not ran:
+            for step in (3, 4):
+                ran.append(step)
+                writer.save(Checkpoint(weights={"w": np.full(2, step)}, durable=False), step)
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(rotation_module, "CheckpointReader", the_run_saves_twice_first)
+    assert resolve_checkpoint_path(tmp_path) == tmp_path / "checkpoint-000000000004"
+    assert ran == [3, 4] and listing(tmp_path) == ["checkpoint-000000000003", "checkpoint-000000000004"]

@@ -48,6 +48,9 @@ from .rotation_store import store_for
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint, CheckpointFormat, LoadResult
 
+#: How many listings a scan takes at most when a run pruning meanwhile emptied the previous one.
+_SCANS = 3
+
 logger = logging.getLogger("opencheckpoint.run")
 
 _T = TypeVar("_T")
@@ -258,7 +261,18 @@ class Rotation:
                              sequence=sequence or 0, writer=writer if isinstance(writer, str) else None)
 
     def _scan(self) -> tuple[list[RotationEntry], list[tuple[Any, CheckpointError]]]:
-        """The readable checkpoints (oldest step first), and the names that do not open."""
+        """The readable checkpoints (oldest step first), and the names that do not open.
+
+        A run saving meanwhile may prune every name one listing found before each is opened (it keeps
+        newer ones): a scan that found none, and lost some of its names, lists the directory again.
+        """
+        for _ in range(_SCANS):
+            found, broken = self._scan_once()
+            if found or not any(not self.store.exists(path) for path, _error in broken):
+                break
+        return found, broken
+
+    def _scan_once(self) -> tuple[list[RotationEntry], list[tuple[Any, CheckpointError]]]:
         names = [name for name in self.store.names() if self._pattern.fullmatch(name)]
         rotation_id = self.store.rotation_id(create=False) if names else None
         found: list[RotationEntry] = []
