@@ -26,7 +26,7 @@ import pytest
 import opencheckpoint.container.directory as directory_module
 import opencheckpoint.read.opening as opening_module
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
-from opencheckpoint.container import publish
+from opencheckpoint.container import pins, publish
 from opencheckpoint.container.debris import release, working_path
 from opencheckpoint.format.errors import CheckpointError, ConcurrentModification, NotACheckpoint
 from opencheckpoint.format.strict_json import parse_ijson
@@ -73,7 +73,7 @@ def test_lazy_reader_keeps_reading_the_checkpoint_it_opened(tmp_path: Path, form
 def test_a_file_the_reader_could_not_hold_is_a_concurrent_modification(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
     """Beyond the descriptor budget files are opened when read; one gone by then is reported as a race."""
-    monkeypatch.setattr(directory_module, "PIN_MAX_FILES", 0)
+    monkeypatch.setattr(pins, "PIN_MAX_FILES", 0)
     path = _save(tmp_path / "ckpt", 1)
     with open_checkpoint(path) as held:
         _save(path, 2)
@@ -212,7 +212,7 @@ _WRITER = textwrap.dedent("""
     import sys
     import numpy as np
     from opencheckpoint import Checkpoint
-    from opencheckpoint.container import publish
+    from opencheckpoint.container import pins, publish
     path, form, count, exchange = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
     publish.USE_EXCHANGE = exchange
     for g in range(2, 2 + count):

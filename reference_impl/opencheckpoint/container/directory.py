@@ -28,26 +28,12 @@ from ..format.limits import ARCHIVE_MAX_MEMBERS
 from ..format.manifest import MANIFEST_NAME
 from ..rules import raise_if, required
 from ..rules.container import CON
+from . import pins
 from .base import FileRegion, FileStamp, Source, file_stamp, gone_while_reading, size_mismatch
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC
-#: At most this many files of one checkpoint are held open (and never more than a quarter of the
-#: process's descriptor limit): enough for every tree and json component of a typical checkpoint.
-PIN_MAX_FILES = 4096
-
-
-def pin_budget() -> int:
-    """How many files one reader may hold open: :data:`PIN_MAX_FILES`, or a quarter of ``RLIMIT_NOFILE``."""
-    try:
-        import resource
-    except ImportError:  # not a Unix: no descriptor limit to respect here
-        return PIN_MAX_FILES
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return PIN_MAX_FILES if soft == resource.RLIM_INFINITY else max(0, min(PIN_MAX_FILES, soft // 4))
-
-
 class _OutOfDescriptors(Exception):
     """Pinning stops: the process's descriptor limit is reached (never escapes :meth:`DirectorySource.pin`)."""
 
@@ -78,20 +64,20 @@ class DirectorySource(Source):
     def pin(self, rels: Iterable[str]) -> None:
         """Hold every file of ``rels`` (which passed the inventory) open until :meth:`close` (R-RDR-14).
 
-        Beyond :func:`pin_budget` files, the rest are opened when read; one of those that has
-        disappeared by then is reported as :class:`ConcurrentModification`.
+        Beyond :func:`.pins.pin_allowance` files (which leaves the process half its descriptor limit),
+        the rest are opened when read; one of those that has disappeared by then is reported as
+        :class:`ConcurrentModification`.
         """
         listed = list(rels)
         self._listed = frozenset(listed)
-        budget = pin_budget()
         # Deferred files (shard data files) are opened on their first read, through the root descriptor held
         # since opening: a file of this checkpoint, or, once it was replaced and deleted, ConcurrentModification.
-        for rel in [rel for rel in listed if rel not in self.deferred][:budget]:
-            if rel not in self._pinned:
-                try:
-                    self._pinned[rel] = self._open_path(rel, pinning=True)
-                except _OutOfDescriptors:  # the process holds many files already: the rest stay lazy
-                    break
+        wanted = [rel for rel in listed if rel not in self.deferred and rel not in self._pinned]
+        for rel in wanted[:pins.pin_allowance(len(wanted))]:
+            try:
+                self._pinned[rel] = self._open_path(rel, pinning=True)
+            except _OutOfDescriptors:  # the process holds many files already: the rest stay lazy
+                break
 
     def _open(self, rel: str) -> int:
         """A descriptor of its own for ``rel`` (the caller closes it): a duplicate of a pinned one if held."""
