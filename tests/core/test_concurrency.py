@@ -436,3 +436,25 @@ def test_a_rename_aside_save_meeting_another_form_at_the_name_reports_the_race(
         assert read_component(target, "config") == {"generation": 7}  # from the other writer's old copy
     finally:
         release(others_old)
+
+
+def test_inspect_of_a_checkpoint_replaced_before_its_inventory_describes_a_whole_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
+    """``inspect`` reads the manifest, then lists the files itself: a writer replacing the checkpoint in between
+    deleted them, which read as MissingFile ("listed in the manifest but absent"). Now described once more."""
+    import opencheckpoint.tools.inspect as inspect_module
+
+    path = _save(tmp_path / "ckpt", 1)
+    listed = inspect_module.check_inventory
+    replaced: list[int] = []
+
+    def writer_replaces_it_first(*args: Any) -> None:
+        if not replaced:
+            replaced.append(2)
+            _save(path, 2)
+        listed(*args)
+
+    monkeypatch.setattr(inspect_module, "check_inventory", writer_replaces_it_first)
+    summary = inspect_module.describe(path)
+    assert replaced == [2] and summary["ok"], summary["errors"]
+    assert summary["components"]["model"]["kind"] == "tree" and summary["components"]["model"]["arrays"]

@@ -37,7 +37,7 @@ from ..format.strict_json import parse_ijson
 from ..rules import raise_if
 from ..rules.publication import PUB
 from .archive import ArchiveSource
-from .base import old_candidates
+from .base import identity, old_candidates
 from .directory import DirectorySource
 
 
@@ -128,9 +128,9 @@ def _refusal(target: Path, overwrite: bool) -> str | None:
         return None
     if is_empty_directory(target):
         return None
-    before = _identity(target)
+    before = identity(target)
     reason = not_a_checkpoint_reason(target)
-    if reason is not None and (before is None or _identity(target) != before):
+    if reason is not None and (before is None or identity(target) != before):
         # Another writer replaced (and is deleting) what was looked at: that half-deleted folder, or the name
         # found empty, says nothing about what stands there (a checkpoint, before and after).
         raise ConcurrentModification(
@@ -156,15 +156,6 @@ def _ancestors_refusal(target: Path) -> str | None:
             return (f"it is inside the checkpoint {str(ancestor)!r}, which would then hold a file its "
                     f"{MANIFEST_NAME} does not list")
     return None
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """What stands at ``path`` (device, inode, status change time: a rename changes it), None where nothing."""
-    try:
-        status = os.lstat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
 def is_empty_directory(path: Path) -> bool:

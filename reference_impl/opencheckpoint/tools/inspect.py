@@ -19,11 +19,13 @@ manifest and the ``tree.msgpack`` / ``value.json`` files.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from ..container.base import identity
 from ..format.errors import CheckpointError
-from ..location import PathArg
-from ..read.opening import check_inventory
+from ..location import Location, PathArg, resolve_location
+from ..read.opening import check_inventory, replaced_while_opening
 from ..read.steps import CheckpointSteps
 from ..read.validate import ValidationReport, check_structure, shared_extents
 
@@ -32,8 +34,25 @@ def describe(path: PathArg) -> dict[str, Any]:
     """A JSON-ready summary: manifest fields, per component its kind, files, arrays and sizes, and
     ``ok`` / ``errors``: every structural error found (steps 10-15 of §15).
 
-    Raises the :class:`CheckpointError` of steps 1-9 when the manifest itself cannot be trusted.
+    Raises the :class:`CheckpointError` of steps 1-9 when the manifest itself cannot be trusted. Errors
+    found while another process replaced the checkpoint (the name resolves to another entry afterwards:
+    the files listed may have been deleted half-way) are a race: described once more (R-RDR-13), then
+    :class:`~opencheckpoint.format.errors.ConcurrentModification`.
     """
+    location = resolve_location(path)
+    if not isinstance(location, Path):
+        return _describe_once(location)  # a remote location: the identity of a name is a local file system's
+    for _attempt in range(2):
+        before = identity(location)
+        summary = _describe_once(location)
+        if summary["ok"] or before is None or identity(location) == before:
+            return summary
+    raise replaced_while_opening(location, "another process replaced or is writing the checkpoint while "
+                                 "it was being inspected, twice in a row; the last attempt found "
+                                 f"{summary['errors'][0]['error']}: {summary['errors'][0]['message']}")
+
+
+def _describe_once(path: Location) -> dict[str, Any]:
     with CheckpointSteps(path, check_files=False) as reader:
         report = ValidationReport(str(path))
         layouts: dict[str, Any] = {}
