@@ -25,6 +25,7 @@ import pytest
 
 import opencheckpoint.container.directory as directory_module
 import opencheckpoint.read.opening as opening_module
+import opencheckpoint.tools.inspect as inspect_module
 from opencheckpoint import Checkpoint, open_checkpoint, read_component, validate
 from opencheckpoint.container import pins, publish
 from opencheckpoint.container.debris import release, working_path
@@ -318,8 +319,6 @@ def test_a_save_whose_target_another_writer_moved_aside_gives_no_raw_os_error(
 
 def test_inspect_describes_the_checkpoint_it_opened_when_replaced_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import opencheckpoint.tools.inspect as inspect_module
-
     path = _save(tmp_path / "ckpt", 1)
     original = inspect_module.check_structure
 
@@ -442,8 +441,6 @@ def test_inspect_of_a_checkpoint_replaced_before_its_inventory_describes_a_whole
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
     """``inspect`` reads the manifest, then lists the files itself: a writer replacing the checkpoint in between
     deleted them, which read as MissingFile ("listed in the manifest but absent"). Now described once more."""
-    import opencheckpoint.tools.inspect as inspect_module
-
     path = _save(tmp_path / "ckpt", 1)
     listed = inspect_module.check_inventory
     replaced: list[int] = []
@@ -458,3 +455,22 @@ def test_inspect_of_a_checkpoint_replaced_before_its_inventory_describes_a_whole
     summary = inspect_module.describe(path)
     assert replaced == [2] and summary["ok"], summary["errors"]
     assert summary["components"]["model"]["kind"] == "tree" and summary["components"]["model"]["arrays"]
+
+
+def test_inspect_of_a_checkpoint_replaced_before_it_holds_the_files_describes_a_whole_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publication: bool) -> None:
+    """The window after ``inspect``'s inventory, before it holds the files open: a file gone then raised
+    MissingFile; the name resolving to another entry makes it a race, described once more."""
+    path = _save(tmp_path / "ckpt", 1)
+    hold = directory_module.DirectorySource.pin
+    replaced: list[int] = []
+
+    def writer_replaces_it_first(source: Any, rels: Any) -> None:
+        if not replaced:
+            replaced.append(2)
+            _save(path, 2)
+        hold(source, rels)
+
+    monkeypatch.setattr(directory_module.DirectorySource, "pin", writer_replaces_it_first)
+    summary = inspect_module.describe(path)
+    assert replaced == [2] and summary["ok"], summary["errors"]

@@ -42,14 +42,21 @@ def describe(path: PathArg) -> dict[str, Any]:
     location = resolve_location(path)
     if not isinstance(location, Path):
         return _describe_once(location)  # a remote location: the identity of a name is a local file system's
+    found = ""
     for _attempt in range(2):
         before = identity(location)
-        summary = _describe_once(location)
-        if summary["ok"] or before is None or identity(location) == before:
+        try:
+            summary = _describe_once(location)
+        except CheckpointError as exc:  # holding the listed files open found one gone (R-RDR-14)
+            if identity(location) == before:
+                raise
+            found = str(exc)
+            continue
+        if summary["ok"] or identity(location) == before:
             return summary
+        found = f"{summary['errors'][0]['error']}: {summary['errors'][0]['message']}"
     raise replaced_while_opening(location, "another process replaced or is writing the checkpoint while "
-                                 "it was being inspected, twice in a row; the last attempt found "
-                                 f"{summary['errors'][0]['error']}: {summary['errors'][0]['message']}")
+                                 f"it was being inspected, twice in a row; the last attempt found {found}")
 
 
 def _describe_once(path: Location) -> dict[str, Any]:
