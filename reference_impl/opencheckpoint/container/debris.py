@@ -215,6 +215,13 @@ def writer_gone(entry: Debris, *, now: float | None = None) -> bool:
     return age >= STALE_AFTER_S
 
 
+def writer_runs(entry: Debris) -> bool:
+    """Whether ``entry``'s writer token names a process of this machine instance that still runs (a save of it
+    may be in progress); False for a token of another machine or R-PUB-1's ``PID-RANDOM``, which cannot tell."""
+    token = _TOKEN.fullmatch(entry.token)
+    return token is not None and token["machine"] == machine_token() and not writer_gone(entry)
+
+
 def _partial_staging(path: Path) -> bool:
     """What a killed writer leaves at a working name: exactly what the library writes, nothing of anyone else's.
 

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ..container.base import Source, check_locatable, identity, look_beside
+from ..container.debris import parse, writer_runs
 from ..container.opener import open_source
 from ..format.errors import CheckpointError, ConcurrentModification
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
@@ -206,6 +207,11 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
     _raise_first(errors, issues)
 
 
+def _moved_by_running_writer(path: Path) -> bool:
+    entry = parse(path)
+    return entry is not None and writer_runs(entry)
+
+
 def _open_fallback(
     target: Path, understood: Understood
 ) -> tuple[Path, Source, ParsedManifest]:
@@ -216,7 +222,8 @@ def _open_fallback(
     instant, so a listing with neither means nothing was published then (R-PUB-10), never that two saves
     passed between two looks. If no old copy opens and a second listing differs from the first, a writer
     replaced the checkpoint meanwhile (its old copy deleted as it was read): :class:`ConcurrentModification`,
-    which :func:`_open_consistent` retries (R-RDR-13).
+    which :func:`_open_consistent` retries (R-RDR-13). So are several whole copies while a save that moved
+    one aside still runs (two saves overlapping, §12.6); R-PUB-14's NotACheckpoint is for leftovers.
     """
     first = look_beside(target)
     if first.present:  # the replacement completed since the name was looked at
@@ -240,5 +247,10 @@ def _open_fallback(
     if second.old_copies != first.old_copies:
         raise replaced_while_opening(target, "another process moved the checkpoint aside and replaced it while it "
                                      "was being opened")
+    if len(opened) > 1 and any(_moved_by_running_writer(path) for path, _, _ in opened):
+        # Two saves without an atomic exchange overlapped (one moved the other's new checkpoint aside before
+        # the other deleted its old copy): a race in progress, not two leftovers of ended writers (R-PUB-14).
+        raise replaced_while_opening(target, f"{len(opened)} whole copies of it were moved aside by saves still "
+                                     "running")
     raise CON.error("R-PUB-14", f"the path does not exist and {len(opened)} of {len(first.old_copies)} "
                     f"'.{target.name}.oc-old-*' entries open cleanly (exactly one must)", file=str(target))
