@@ -1,10 +1,11 @@
-"""Two saves without an atomic exchange overlapping (R-PUB-6): readers see a whole checkpoint or the race.
+"""Saves racing one another: readers see a whole checkpoint or the race, and so does the losing save.
 
-One save may move the other's new checkpoint aside before the other deleted its own old copy: for a moment
-the name is empty and two whole ``.NAME.oc-old-*`` copies stand beside it. R-PUB-14 reads that as "no
-checkpoint" when the copies are leftovers; while a writer that made one still runs it is a race in progress,
-reported as ``ConcurrentModification`` (retried once, R-RDR-13), never NotACheckpoint.
-"""
+Two saves without an atomic exchange (R-PUB-6) may overlap: one moves the other's new checkpoint aside
+before the other deleted its own old copy, so for a moment the name is empty and two whole
+``.NAME.oc-old-*`` copies stand beside it. R-PUB-14 reads that as "no checkpoint" when the copies are
+leftovers; while a writer that made one still runs it is a race in progress, reported as
+``ConcurrentModification`` (retried once, R-RDR-13), never NotACheckpoint. A save that lost its final rename
+and looks at what it met while a third writer replaces that reports the race too."""
 
 from __future__ import annotations
 
@@ -44,3 +45,35 @@ def test_two_copies_left_by_ended_writers_are_not_a_checkpoint(tmp_path: Path) -
     with pytest.raises(NotACheckpoint, match="2 of 2"):
         read_component(target, "config")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ckpt.oc-old-1-aaaaaaaa", ".ckpt.oc-old-2-bbbbbbbb"]
+
+
+def test_a_save_losing_its_rename_to_a_checkpoint_being_replaced_reports_the_race(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This save's final rename meets writer A's checkpoint, which writer C replaces and deletes while this
+    save looks at what it met: a race (ConcurrentModification), not "something was put here" (TargetExists;
+    three rename-aside writers in a loop met it once in ~370 saves)."""
+    import opencheckpoint.container.directory as directory_module
+    from opencheckpoint.container import publish
+
+    target = tmp_path / "ckpt"
+    listing_entry = directory_module._entry_kind
+    state = {"published": False, "armed": False, "fired": False}
+
+    def writer_a_publishes_first(operation: str) -> None:
+        if operation == "rename" and not state["published"]:
+            state["published"] = True
+            Checkpoint(config={"generation": 7}, durable=False).save(target)
+            state["armed"] = True
+
+    def writer_c_replaces_it_while_listed(entry: object) -> str:
+        if state["armed"] and not state["fired"]:
+            state["fired"] = True
+            Checkpoint(config={"generation": 8}, durable=False).save(target)
+        return listing_entry(entry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publish, "FAULT_HOOK", writer_a_publishes_first)
+    monkeypatch.setattr(directory_module, "_entry_kind", writer_c_replaces_it_while_listed)
+    with pytest.raises(ConcurrentModification, match="another process published or is publishing"):
+        Checkpoint(config={"generation": 2}, durable=False).save(target)
+    assert state["fired"]
+    assert read_component(target, "config") == {"generation": 8}

@@ -28,7 +28,7 @@ from ..format.errors import CheckpointError, ConcurrentModification, TargetExist
 from ..rules import raise_if, required
 from ..rules.publication import PUB
 from .debris import holds_what_we_write, logger, parse, release, removable, working_path
-from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason
+from .target import check_replaceable, is_empty_directory, not_a_checkpoint_reason, reason_unless_replaced
 
 #: Test hook: called with an operation name before each filesystem step.
 FAULT_HOOK: Callable[[str], None] | None = None
@@ -201,7 +201,8 @@ def _appeared(target: Path, exc: OSError) -> CheckpointError:
     Another writer's checkpoint: the two saves raced (R-RDR-14's writer side), and saving again replaces it.
     Anything else: the target is not this library's to replace (R-PUB-16).
     """
-    if not os.path.lexists(target) or not_a_checkpoint_reason(target) is None:  # gone again: a writer's too
+    reason, replaced = reason_unless_replaced(target)
+    if not os.path.lexists(target) or reason is None or replaced:  # gone again, or replaced: a writer's too
         return ConcurrentModification(
             "another process published or is publishing a checkpoint at this path while this save was writing "
             f"it; this save published nothing ({exc.strerror}); save again to replace it", file=str(target))

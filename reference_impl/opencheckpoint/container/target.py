@@ -76,6 +76,15 @@ def not_a_checkpoint_reason(path: Path) -> str | None:
     return None
 
 
+def reason_unless_replaced(path: Path) -> tuple[str | None, bool]:
+    """:func:`not_a_checkpoint_reason` for ``path``, and whether that reason may be a race: the name came to
+    resolve to another entry while it was looked at (or was found empty). Another writer replaced what was
+    looked at and is deleting it: a half-deleted folder says nothing about what stands at the name."""
+    before = identity(path)
+    reason = not_a_checkpoint_reason(path)
+    return reason, reason is not None and (before is None or identity(path) != before)
+
+
 def _unlisted_directory(path: Path, listed: set[str]) -> str | None:
     """The first folder inside ``path`` that holds no listed file (a user's, even if empty), or None."""
     holders = {"components"} | {rel.rsplit("/", 1)[0] for rel in listed} | {
@@ -128,11 +137,8 @@ def _refusal(target: Path, overwrite: bool) -> str | None:
         return None
     if is_empty_directory(target):
         return None
-    before = identity(target)
-    reason = not_a_checkpoint_reason(target)
-    if reason is not None and (before is None or identity(target) != before):
-        # Another writer replaced (and is deleting) what was looked at: that half-deleted folder, or the name
-        # found empty, says nothing about what stands there (a checkpoint, before and after).
+    reason, replaced = reason_unless_replaced(target)
+    if replaced:
         raise ConcurrentModification(
             "another process replaced or is replacing the checkpoint at this path while this save checked it "
             f"({reason}); this save published nothing; save again to replace it", file=str(target))
