@@ -8,13 +8,17 @@ next ``read_component`` failed with ``MissingFile: cannot list directory: Too ma
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import resource
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from opencheckpoint import Checkpoint, open_checkpoint, read_component
+from opencheckpoint.format.errors import OutOfDescriptors
 
 
 def _open_descriptors() -> int:
@@ -40,3 +44,37 @@ def test_checkpoints_held_open_leave_the_process_half_its_descriptors(tmp_path: 
         for reader in readers:
             reader.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("aside", [False, True], ids=["at-its-name", "moved-aside"])
+def test_a_reader_out_of_descriptors_says_so(tmp_path: Path, aside: bool) -> None:
+    """With 0-3 descriptors to spare, opening fails at the root, the manifest, the listing or a folder: the
+    error says the process has none to spare (OutOfDescriptors, a CheckpointError), never that the
+    checkpoint is not one (NotACheckpoint), unsafe (UnsafePath) or incomplete (MissingFile); moved aside by a
+    writer between its renames, never "0 of 1 old copies open" (R-PUB-14) or "no such file" (R-PUB-10)."""
+    target = Checkpoint(durable=False, a={"w": np.full(2, 1)}, b={"g": 1}).save(tmp_path / "ckpt")
+    if aside:
+        target.rename(tmp_path / ".ckpt.oc-old-1-abcdefgh")
+    assert read_component(target, "b") == {"g": 1}  # everything a read imports is imported by now
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    gc.collect()  # descriptors closed by the collector mid-test would give the reader room
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 128), hard))
+    hog: list[int] = []
+    outcomes = []
+    try:
+        for spare in range(4):
+            with contextlib.suppress(OSError):
+                while True:
+                    hog.append(os.open(os.devnull, os.O_RDONLY))
+            for fd in hog[:spare]:
+                os.close(fd)
+            del hog[:spare]
+            with pytest.raises(OutOfDescriptors, match="no file descriptor to spare") as caught:
+                read_component(target, "b")
+            outcomes.append(caught.value.error_class)
+    finally:
+        for fd in hog:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert outcomes == ["CheckpointError"] * 4
+    assert read_component(target, "b") == {"g": 1}

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError
+from ..format.errors import CheckpointError, ConcurrentModification, IntegrityError, out_of_descriptors
 from ..format.integrity import CHUNK_BYTES
 from ..location import Location
 from ..rules.container import CON
@@ -273,7 +273,10 @@ def look_beside(target: Path) -> Beside:
     """
     try:
         names = os.listdir(target.parent)
-    except OSError:
+    except OSError as exc:
+        exhausted = out_of_descriptors(exc, str(target))
+        if exhausted is not None:  # the directory could not be looked at: never "nothing here"
+            raise exhausted from None
         names = []
     old, staging = f".{target.name}{OLD_MARK}", f".{target.name}{STAGING_MARK}"
     return Beside(present=target.name in names,

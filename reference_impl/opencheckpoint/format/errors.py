@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -233,6 +234,31 @@ class ConcurrentModification(CheckpointError):
     """
 
     error_class = "ConcurrentModification"
+
+
+class OutOfDescriptors(CheckpointError):
+    """This process has no file descriptor to spare (``EMFILE``, ``ENFILE``): not a defect of the checkpoint.
+
+    The protocol has no class for it, so it is reported as the base class: close files or checkpoints the
+    process holds open, or raise its limit (``ulimit -n``), and read again.
+    """
+
+
+#: What ``open`` answers when the process (``EMFILE``) or the system (``ENFILE``) has no descriptor left.
+OUT_OF_DESCRIPTORS_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def out_of_descriptors(failure: object, file: str | None = None) -> OutOfDescriptors | None:
+    """The error for ``failure`` if it is an OS error saying no descriptor is left, else None.
+
+    >>> error = out_of_descriptors(OSError(errno.EMFILE, "Too many open files"), "manifest.json")
+    >>> type(error).__name__, error.error_class, error.file
+    ('OutOfDescriptors', 'CheckpointError', 'manifest.json')
+    """
+    if not isinstance(failure, OSError) or failure.errno not in OUT_OF_DESCRIPTORS_ERRNOS:
+        return None
+    return OutOfDescriptors(f"this process has no file descriptor to spare ({failure.strerror}): close files or "
+                            "checkpoints it holds open, or raise its limit (ulimit -n)", file=file)
 
 
 #: Every error class by its protocol name (conformance: ``error: <Class>: ...``).

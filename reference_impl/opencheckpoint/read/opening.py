@@ -16,7 +16,7 @@ from pathlib import Path
 from ..container.base import Source, check_locatable, identity, look_beside
 from ..container.debris import parse, writer_runs
 from ..container.opener import open_source
-from ..format.errors import CheckpointError, ConcurrentModification
+from ..format.errors import CheckpointError, ConcurrentModification, OutOfDescriptors
 from ..format.manifest import MANIFEST_NAME, ParsedManifest, field_of, parse_manifest
 from ..rules import raise_if, required
 from ..rules.container import CON
@@ -235,6 +235,10 @@ def _open_fallback(
     for candidate in first.old_copies:
         try:
             opened.append((candidate, *_open_at(candidate, understood, None)))
+        except OutOfDescriptors:
+            for _, source, _ in opened:
+                source.close()
+            raise
         except CheckpointError:
             continue
     if len(opened) == 1:

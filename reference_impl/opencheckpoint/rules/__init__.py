@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..format.errors import CheckpointError
+from ..format.errors import CheckpointError, out_of_descriptors
 
 #: A check: the value (and any context it needs) -> why it breaks the rule, or None.
 Check = Callable[..., "str | None"]
@@ -117,6 +117,10 @@ class RuleTable:
         """
         check = self.rules[rule_id].check
         assert check is not None, f"{rule_id} is declared only: its site reports it with RuleTable.error"
+        for fact in (*args, *facts.values()):  # an OS failure handed over as a fact: no descriptor left is
+            exhausted = out_of_descriptors(fact, file if file is not None else self.file)  # not the file's fault
+            if exhausted is not None:
+                return exhausted
         why = check(*args, **facts)
         if why is None:
             return None
