@@ -99,4 +99,4 @@ def _forget_caught_interrupt() -> None:
     process still died by the signal (status -2: ``export``, whose imports are the longest, lost its
     130). Every ``exec`` of a string clears the mark before it runs: this one runs nothing else.
     """
-    exec("pass")
+    exec("pass")  # allowed: a constant string, never data (see the docstring)
