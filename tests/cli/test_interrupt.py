@@ -108,17 +108,40 @@ def _whole(target: Path) -> bool:
     return bool(load_file(str(target))["model.w"].all())
 
 
+def _handles_sigint(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGINT yet (its interpreter has started); True where
+    ``/proc`` cannot tell. Before that a SIGINT ends any process, whatever program it is about to run."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), None)
+    return caught is None or bool(int(caught, 16) >> (signal.SIGINT - 1) & 1)
+
+
+def _started(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
+    """``process`` once its interpreter handles SIGINT (a bounded wait on a condition, not on a guess)."""
+    deadline = time.monotonic() + 60
+    while not _handles_sigint(process.pid):
+        assert process.poll() is None and time.monotonic() < deadline, "the interpreter never started"
+        time.sleep(0.005)
+    return process
+
+
 def test_ctrl_c_while_export_runs_leaves_nothing_or_the_whole_file(tmp_path: Path) -> None:
     pytest.importorskip("safetensors")
     source = _saved(tmp_path, 8)
+    whole = _started(_cli("export", str(source), str(tmp_path / "whole.safetensors")))
     started = time.monotonic()
-    status, _, said = _finish(_cli("export", str(source), str(tmp_path / "whole.safetensors")))
+    status, _, said = _finish(whole)
     took = time.monotonic() - started
     assert (status, said) == (0, [])
     for share in (0.3, 0.6, 0.9):  # of an uninterrupted run's time: reading, converting, writing
         out_dir = tmp_path / f"at{share}"
         out_dir.mkdir()
-        process = _cli("export", str(source), str(out_dir / "model.safetensors"))
+        # The clock starts once the interpreter runs: a signal before that is no Ctrl-C the command could answer,
+        # and on a busy machine the start alone can outlast a share of a quick run.
+        process = _started(_cli("export", str(source), str(out_dir / "model.safetensors")))
         time.sleep(share * took)
         process.send_signal(signal.SIGINT)
         status, _, said = _finish(process)
@@ -233,11 +256,14 @@ def test_a_command_started_with_sigint_ignored_keeps_it_ignored(tmp_path: Path) 
     Ctrl-C meant for the foreground must not end it."""
     script = ("import os, signal, sys\n"
               "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "print('ignoring', flush=True)\n"
               "os.execv(sys.executable, [sys.executable, '-m', 'opencheckpoint', *sys.argv[1:]])\n")
     source = _saved(tmp_path, 8)
     process = subprocess.Popen([sys.executable, "-c", script, "export", str(source), str(tmp_path / "m.safetensors")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    # Signals from here on land in the command (its start, imports, export), never in the launching lines
+    # before they ignore SIGINT (a fixed wait here let a slow start on a busy machine take the first signal).
+    assert process.stdout is not None and process.stdout.readline() == "ignoring\n"
     for _ in range(5):
         if process.poll() is not None:
             break

@@ -168,7 +168,18 @@ def test_a_snapshot_over_the_cap_raises_before_anything_is_copied_or_written(tmp
     assert Checkpoint(state=state).save_async(tmp_path / "big", max_pending_bytes=1024).result().is_dir()
 
 
-def test_pending_bytes_over_the_cap_make_the_next_save_wait(tmp_path: Path) -> None:
+def test_pending_bytes_over_the_cap_make_the_next_save_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opencheckpoint.write import async_save as async_module
+
+    waiting = threading.Event()  # set when the second save waits on the saves' condition (not after a guessed time)
+
+    class Watched(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread() is starter:
+                waiting.set()
+            return super().wait(timeout)
+
+    monkeypatch.setattr(async_module, "_lock", Watched())
     reached, release = hold_writes("a")
     first = Checkpoint(a=np.zeros(1024, dtype=np.uint8)).save_async(tmp_path / "one", max_pending_bytes=1500)
     assert reached.wait(30)
@@ -178,7 +189,7 @@ def test_pending_bytes_over_the_cap_make_the_next_save_wait(tmp_path: Path) -> N
     starter = threading.Thread(target=lambda: second.append(
         Checkpoint(b=counted).save_async(tmp_path / "two", max_pending_bytes=1500)))
     starter.start()
-    starter.join(0.3)
+    assert waiting.wait(30)
     # The snapshot was planned (state_dict ran) but its copy waits for the first save to free its bytes.
     assert starter.is_alive() and not first.done() and counted.calls == 1
     release.set()

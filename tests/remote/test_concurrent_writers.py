@@ -18,7 +18,7 @@ import pytest
 
 from opencheckpoint import Checkpoint, read_component, validate
 from opencheckpoint.container import publish as local_publish
-from opencheckpoint.format.errors import ConcurrentModification
+from opencheckpoint.format.errors import ConcurrentModification, TargetExists
 
 
 def _state(value: float) -> dict[str, np.ndarray]:
@@ -110,6 +110,53 @@ def test_a_save_that_sees_another_writers_marker_writes_nothing(
     assert _markers(memfs, url) == []
 
 
+def test_a_save_whose_target_check_meets_another_writers_upload_reports_the_writer(
+        mem_url: str, memfs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B's check cleans debris (no marker yet), A then claims the prefix and uploads its data objects, and only
+    then does B list the objects below the prefix: B meets A's upload in progress and must say so
+    (ConcurrentModification), not call A's objects leftovers to delete (TargetExists, seen when two threads
+    raced freely)."""
+    from opencheckpoint.remote import publish as remote_publish
+
+    url = f"{mem_url}/step-1"
+    main = threading.get_ident()
+    uploading, release = threading.Event(), threading.Event()
+    first: list[object] = []
+
+    def first_save() -> None:
+        try:
+            first.append(Checkpoint(model=_state(1.0)).save(url))
+        except BaseException as exc:  # reported by the assertion below
+            first.append(exc)
+
+    def hook(op: str) -> None:  # A stops with its data objects uploaded, before its manifest
+        if threading.get_ident() != main and op == "upload:manifest.json":
+            uploading.set()
+            assert release.wait(30)
+
+    clean = remote_publish.clean_remote_debris
+    thread = threading.Thread(target=first_save)
+
+    def clean_then_a_writer_uploads(*args: Any, **kwargs: Any) -> Any:
+        removed = clean(*args, **kwargs)
+        if threading.get_ident() == main and not thread.is_alive() and not first:
+            thread.start()
+            assert uploading.wait(30)
+        return removed
+
+    monkeypatch.setattr(local_publish, "FAULT_HOOK", hook)
+    monkeypatch.setattr(remote_publish, "clean_remote_debris", clean_then_a_writer_uploads)
+    try:
+        with pytest.raises(ConcurrentModification, match="another writer is saving to this prefix"):
+            Checkpoint(model=_state(2.0)).save(url)
+    finally:
+        release.set()
+        thread.join(60)
+    assert len(first) == 1 and not isinstance(first[0], BaseException), first
+    assert _published_values(url) == 1.0
+    assert _markers(memfs, url) == []
+
+
 def test_two_threads_racing_on_one_prefix_never_lose_a_published_checkpoint(mem_url: str, memfs: Any) -> None:
     for trial in range(8):
         url, barrier = f"{mem_url}/race-{trial}", threading.Barrier(2)
@@ -121,7 +168,7 @@ def test_two_threads_racing_on_one_prefix_never_lose_a_published_checkpoint(mem_
             barrier.wait()
             try:
                 results[value] = checkpoint.save(url)
-            except ConcurrentModification as exc:
+            except (ConcurrentModification, TargetExists) as exc:
                 results[value] = exc
 
         threads = [threading.Thread(target=save, args=(value,)) for value in (1.0, 2.0)]
@@ -131,6 +178,11 @@ def test_two_threads_racing_on_one_prefix_never_lose_a_published_checkpoint(mem_
             thread.join(60)
         returned = [value for value, result in results.items() if not isinstance(result, BaseException)]
         assert len(results) == 2 and len(returned) <= 1, results
+        # A save that the scheduler let start only after the other had published meets a checkpoint: R-PUB-21's
+        # TargetExists. Any other refusal while the other writes is ConcurrentModification, having written nothing.
+        for result in results.values():
+            if isinstance(result, TargetExists):
+                assert returned and "a checkpoint is there" in str(result), results
         if returned:  # the save that returned published exactly its own state
             assert _published_values(url) == returned[0]
         else:  # both stepped back: nothing below the prefix

@@ -100,9 +100,16 @@ _KILLED = textwrap.dedent("""
     def kill():
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def hook(operation):
-        if operation == point:  # in the writer thread: now, or a moment later (inside the upload that follows)
-            kill() if delay == 0 else threading.Timer(delay, kill).start()
+    armed = threading.Event()
+
+    def hook(operation):  # in the writer thread
+        if operation == point and delay == 0:
+            kill()
+        elif operation == point:  # a moment later: inside the upload that follows
+            armed.set()
+            threading.Timer(delay, kill).start()
+        elif operation == "upload:manifest.json" and armed.is_set():
+            threading.Event().wait(60)  # an upload done before the delay is up waits here for the kill
 
     publish.FAULT_HOOK = hook
     state = {"w": np.full(1 << 21, 2.0, np.float32), "b": np.arange(7.0) + 2.0}  # 8 MiB: a multipart upload

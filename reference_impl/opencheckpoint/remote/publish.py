@@ -295,18 +295,30 @@ def check_remote_target(target: FsPath) -> None:
         seen.add(ancestor.path)
         ancestor = ancestor.parent
     clean_remote_debris(target.parent, only=target.name)
-    if fs.exists(target.key(MANIFEST_NAME)):
-        raise PUB.error("R-PUB-21", "a checkpoint is there, and on an object store a checkpoint is never overwritten "
-                        "in place (nothing can be renamed, so a replacement could be seen half-written): save to a "
-                        "new prefix, or delete the old checkpoint first", file=str(target))
+    _refuse_a_checkpoint(target)
     if fs.isfile(target.path):
         raise PUB.error("R-PUB-21", "an object (a file) is there; nothing is ever deleted that a save did not write",
                         file=str(target))
-    leftover = _objects_below(target)
-    if leftover:
-        raise PUB.error("R-PUB-21", f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
-                        f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
-                        "delete them or save elsewhere", file=str(target))
+    if _objects_below(target):
+        # Another writer may have written its marker and started uploading since the markers were looked at: a
+        # writer's marker exists before its first object and goes only after its manifest (or after it deleted
+        # what it uploaded), so a second look at the markers, then for a manifest, tells its upload (reported as
+        # ConcurrentModification) from objects nobody is writing.
+        clean_remote_debris(target.parent, only=target.name)
+        _refuse_a_checkpoint(target)
+        leftover = _objects_below(target)
+        if leftover:
+            raise PUB.error("R-PUB-21", f"the prefix holds {len(leftover)} object(s) but no manifest.json (for "
+                            f"example {leftover[0]!r}): not a checkpoint, and not debris of an ended save of this "
+                            "library; delete them or save elsewhere", file=str(target))
+
+
+def _refuse_a_checkpoint(target: FsPath) -> None:
+    """R-PUB-21: a checkpoint at ``target`` is never overwritten in place."""
+    if target.fs.exists(target.key(MANIFEST_NAME)):
+        raise PUB.error("R-PUB-21", "a checkpoint is there, and on an object store a checkpoint is never overwritten "
+                        "in place (nothing can be renamed, so a replacement could be seen half-written): save to a "
+                        "new prefix, or delete the old checkpoint first", file=str(target))
 
 
 def _remove_objects(prefix: FsPath, rels: list[str]) -> None:
