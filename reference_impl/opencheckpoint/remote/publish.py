@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..container.debris import STALE_AFTER_S, process_running, process_token, writer_token
 from ..container.publish import fault_point
-from ..format.errors import ConcurrentModification, UnsupportedLocation
+from ..format.errors import CheckpointError, ConcurrentModification, UnsupportedLocation
 from ..format.manifest import MANIFEST_NAME
 from ..rules.publication import PUB
 from .fspath import FsPath, is_folder_marker
@@ -290,15 +290,13 @@ def check_remote_target(target: FsPath) -> None:
     ancestor, seen = target.parent, {target.path}
     while ancestor.path not in seen:
         if fs.exists(ancestor.key(MANIFEST_NAME)):
-            raise PUB.error("R-PUB-21", f"inside the checkpoint {ancestor}: a checkpoint is never modified",
-                            file=str(target))
+            raise _refused(target, f"inside the checkpoint {ancestor}: a checkpoint is never modified")
         seen.add(ancestor.path)
         ancestor = ancestor.parent
     clean_remote_debris(target.parent, only=target.name)
     _refuse_a_checkpoint(target)
     if fs.isfile(target.path):
-        raise PUB.error("R-PUB-21", "an object (a file) is there; nothing is ever deleted that a save did not write",
-                        file=str(target))
+        raise _refused(target, "an object (a file) is there; nothing is ever deleted that a save did not write")
     if _objects_below(target):
         # Another writer may have written its marker and started uploading since the markers were looked at: a
         # writer's marker exists before its first object and goes only after its manifest (or after it deleted
@@ -308,17 +306,22 @@ def check_remote_target(target: FsPath) -> None:
         _refuse_a_checkpoint(target)
         leftover = _objects_below(target)
         if leftover:
-            raise PUB.error("R-PUB-21", f"the prefix holds {len(leftover)} object(s) but no manifest.json (for "
-                            f"example {leftover[0]!r}): not a checkpoint, and not debris of an ended save of this "
-                            "library; delete them or save elsewhere", file=str(target))
+            raise _refused(target, f"the prefix holds {len(leftover)} object(s) but no manifest.json (for example "
+                           f"{leftover[0]!r}): not a checkpoint, and not debris of an ended save of this library; "
+                           "delete them or save elsewhere")
 
 
 def _refuse_a_checkpoint(target: FsPath) -> None:
     """R-PUB-21: a checkpoint at ``target`` is never overwritten in place."""
     if target.fs.exists(target.key(MANIFEST_NAME)):
-        raise PUB.error("R-PUB-21", "a checkpoint is there, and on an object store a checkpoint is never overwritten "
-                        "in place (nothing can be renamed, so a replacement could be seen half-written): save to a "
-                        "new prefix, or delete the old checkpoint first", file=str(target))
+        raise _refused(target, "a checkpoint is there, and on an object store a checkpoint is never overwritten in "
+                       "place (nothing can be renamed, so a replacement could be seen half-written): save to a new "
+                       "prefix, or delete the old checkpoint first")
+
+
+def _refused(target: FsPath, why: str) -> CheckpointError:
+    """R-PUB-21's refusal of ``target`` (the one place that names the rule)."""
+    return PUB.error("R-PUB-21", why, file=str(target))
 
 
 def _remove_objects(prefix: FsPath, rels: list[str]) -> None:

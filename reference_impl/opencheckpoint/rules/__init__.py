@@ -117,13 +117,13 @@ class RuleTable:
         """
         check = self.rules[rule_id].check
         assert check is not None, f"{rule_id} is declared only: its site reports it with RuleTable.error"
-        for fact in (*args, *facts.values()):  # an OS failure handed over as a fact: no descriptor left is
-            exhausted = out_of_descriptors(fact, file if file is not None else self.file)  # not the file's fault
-            if exhausted is not None:
-                return exhausted
         why = check(*args, **facts)
         if why is None:
             return None
+        for fact in (*args, *facts.values()):  # an OS failure handed over as a fact: no descriptor left is
+            exhausted = out_of_descriptors(fact, file if file is not None else self.file)  # not the file's fault
+            if exhausted is not None:  # (looked for only on a violation: checks on valid data pay nothing)
+                return exhausted
         return self.error(rule_id, why, file=file, field=where, reported_as=reported_as)
 
     def first(self, where: str, *checks: tuple[str, tuple[Any, ...]]) -> CheckpointError | None:
