@@ -9,6 +9,7 @@ fault points, and then let two threads race freely.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,14 @@ def _published_values(url: str) -> float:
 def _markers(memfs: Any, url: str) -> list[str]:
     root = url.removeprefix("memory://").rsplit("/", 1)[0]
     return [name for name in memfs.find(root) if ".oc-" in name.rsplit("/", 1)[-1]]
+
+
+def _save_recording(url: str, outcome: list[object]) -> None:
+    """Save ``_state(1.0)`` to ``url`` (in a thread), appending what it returned or raised to ``outcome``."""
+    try:
+        outcome.append(Checkpoint(model=_state(1.0)).save(url))
+    except BaseException as exc:  # the calling test asserts on it
+        outcome.append(exc)
 
 
 def _run_first_writer_at(operation: str, first: Callable[[], None],
@@ -77,11 +86,7 @@ def test_a_save_that_sees_another_writers_marker_writes_nothing(
     first_uploading, release_first = threading.Event(), threading.Event()
     outcome: list[object] = []
 
-    def first_save() -> None:
-        try:
-            outcome.append(Checkpoint(model=_state(1.0)).save(url))
-        except BaseException as exc:  # reported by the assertion below
-            outcome.append(exc)
+    first_save = functools.partial(_save_recording, url, outcome)
 
     def start_first() -> None:  # A claims the prefix and stops before its first object; then B writes its marker
         thread = threading.Thread(target=first_save)
@@ -123,11 +128,7 @@ def test_a_save_whose_target_check_meets_another_writers_upload_reports_the_writ
     uploading, release = threading.Event(), threading.Event()
     first: list[object] = []
 
-    def first_save() -> None:
-        try:
-            first.append(Checkpoint(model=_state(1.0)).save(url))
-        except BaseException as exc:  # reported by the assertion below
-            first.append(exc)
+    first_save = functools.partial(_save_recording, url, first)
 
     def hook(op: str) -> None:  # A stops with its data objects uploaded, before its manifest
         if threading.get_ident() != main and op == "upload:manifest.json":
