@@ -208,6 +208,7 @@ def check_inventory(source: Source, parsed: ParsedManifest, issues: list[Checkpo
 
 
 def _moved_by_running_writer(path: Path) -> bool:
+    """Whether the old copy ``path`` was moved aside by a process of this machine that still runs."""
     entry = parse(path)
     return entry is not None and writer_runs(entry)
 
